@@ -1,0 +1,3 @@
+"""avbench: benchmark speculative decoding and Adaptive Verification in vLLM."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""CLI command groups. Each module exposes ``register(app)``; keep commands thin (parse, call)."""

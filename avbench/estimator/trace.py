@@ -1,0 +1,549 @@
+"""Offline labeled drafts from a real target + drafter pair through transformers.
+
+Each step drafts K tokens by sampling from the drafter's distribution q (temperature, top-p),
+scores them with one target forward pass and runs standard rejection sampling. Every draft up
+to the first rejection is recorded with its features. Several requests are interleaved as an
+emulated batch (`concurrency`): drafts verified in the same round-robin pass share a step id,
+like drafts of one engine step in vLLM, which is what the estimator's rounds count.
+
+Features (q_max, f, entropy) come from the drafter's temperature-scaled distribution before
+top-p (DESIGN.md §2); q_sampled is the drawn token's probability under the distribution it was
+actually sampled from (after top-p), which is also the q of rejection sampling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from avbench.errors import AvbenchError
+
+F_CLAMP = 40.0
+
+
+class TraceError(AvbenchError):
+    """A trace cannot run (unknown pair or workload, unloadable model)."""
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    num_draft: int = 4  # K
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    num_prompts: int = 16
+    concurrency: int = 4  # requests interleaved into one emulated engine step
+    max_prompt_tokens: int = 512
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.num_draft < 1:
+            raise TraceError(f"num_draft: expected >= 1, got {self.num_draft}")
+        if self.temperature < 0:
+            raise TraceError(f"temperature: expected >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise TraceError(f"top_p: expected in (0, 1], got {self.top_p}")
+        if self.concurrency < 1 or self.num_prompts < 1 or self.max_new_tokens < 1:
+            raise TraceError("concurrency, num_prompts and max_new_tokens must be >= 1")
+
+
+# ----------------------------------------------------------------------------- distributions
+
+
+def scaled_logits(logits, temperature: float):
+    """Temperature scaling; temperature 0 (greedy) leaves logits unscaled (DESIGN.md §2)."""
+    return logits.float() if temperature == 0 else logits.float() / temperature
+
+
+def sampling_probs(logits, temperature: float, top_p: float):
+    """The distribution tokens are actually drawn from: greedy one-hot, or softmax + top-p."""
+    import torch
+
+    z = logits.float()
+    if temperature == 0:
+        out = torch.zeros_like(z)
+        out.scatter_(-1, z.argmax(-1, keepdim=True), 1.0)
+        return out
+    probs = torch.softmax(z / temperature, dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sp, si = probs.sort(dim=-1, descending=True)
+    # Keep the smallest prefix whose mass reaches top_p (the top token is always kept).
+    drop = (sp.cumsum(-1) - sp) >= top_p
+    sp = sp.masked_fill(drop, 0.0)
+    out = torch.zeros_like(probs).scatter_(-1, si, sp)
+    return out / out.sum(-1, keepdim=True)
+
+
+def draft_features(logits, temperature: float) -> dict[str, object]:
+    """q_max, f = m* - logsumexp(others) (clamped), entropy of the scaled distribution."""
+    import torch
+
+    z = scaled_logits(logits, temperature).double()
+    m, idx = z.max(-1)
+    others = z.scatter(-1, idx[..., None], float("-inf"))
+    f = (m - torch.logsumexp(others, -1)).clamp(-F_CLAMP, F_CLAMP)
+    logq = torch.log_softmax(z, -1)
+    q = logq.exp()
+    ent = -(torch.where(q > 0, q * logq, torch.zeros_like(q))).sum(-1)
+    return {"q_max": q.max(-1).values, "f": f, "entropy": ent.clamp_min(0.0)}
+
+
+# ----------------------------------------------------------------------------- one step
+
+
+def _crop_to(cache, length: int) -> None:
+    if cache is None:
+        return
+    cur = cache.get_seq_length()
+    if cur <= length:
+        return
+    # A negative argument removes that many tokens in transformers 4.x and 5.x alike.
+    cache.crop(-(cur - length))
+
+
+def _forward(model, ids, cache):
+    """Run the model on the tokens the cache does not hold yet; returns (logits, cache)."""
+    import torch
+    from transformers import DynamicCache
+
+    if cache is None:
+        cache = DynamicCache()
+    n = cache.get_seq_length()
+    with torch.inference_mode():
+        out = model(input_ids=ids[:, n:], past_key_values=cache, use_cache=True)
+    return out.logits, out.past_key_values
+
+
+@dataclass
+class StepResult:
+    drafts: object  # LongTensor (B, K)
+    n_accepted: object  # LongTensor (B,)
+    final: object  # LongTensor (B,) the resampled or bonus token
+    q_max: object  # (B, K) float64
+    f: object
+    entropy: object
+    q_sampled: object
+
+
+def spec_step(target, drafter, ids, cfg: TraceConfig, gen, caches: tuple | None = None) -> tuple[StepResult, tuple]:
+    """One speculative decoding step on a batch of equal-length sequences ``ids`` (B, L).
+
+    Caches (target, drafter) may cover any prefix of ``ids``; they come back covering the
+    committed prefix of a single-row batch (callers with B > 1 must drop them).
+    """
+    import torch
+
+    k = cfg.num_draft
+    t_cache, d_cache = caches if caches is not None else (None, None)
+    logits, d_cache = _forward(drafter, ids, d_cache)
+    last = logits[:, -1]
+    drafts, qdist, feats, cur = [], [], [], ids
+    for i in range(k):
+        feats.append(draft_features(last, cfg.temperature))
+        q = sampling_probs(last, cfg.temperature, cfg.top_p)
+        d = torch.multinomial(q, 1, generator=gen)
+        drafts.append(d)
+        qdist.append(q)
+        if i < k - 1:
+            cur = torch.cat([cur, d], dim=1)
+            logits, d_cache = _forward(drafter, cur, d_cache)
+            last = logits[:, -1]
+    dr = torch.cat(drafts, dim=1)  # (B, K)
+    q_all = torch.stack(qdist, dim=1)  # (B, K, V)
+    t_logits, t_cache = _forward(target, torch.cat([ids, dr], dim=1), t_cache)
+    p_all = sampling_probs(t_logits[:, -(k + 1) :], cfg.temperature, cfg.top_p)  # (B, K+1, V)
+    # q's vocabulary may be padded differently from p's; compare on the shared prefix.
+    v = min(p_all.shape[-1], q_all.shape[-1])
+    p_all, q_all = p_all[..., :v], q_all[..., :v]
+    p_d = p_all[:, :k].gather(-1, dr[..., None])[..., 0]
+    q_d = q_all.gather(-1, dr[..., None])[..., 0]
+    u = torch.rand(p_d.shape, generator=gen, dtype=p_d.dtype)
+    ok = u * q_d < p_d  # u < min(1, p/q) without dividing
+    n_acc = ok.long().cumprod(dim=1).sum(dim=1)  # (B,)
+    # Resample at the first rejection from norm(max(0, p - q)); after K acceptances the bonus
+    # token comes from p_K, i.e. the same formula with q = 0.
+    q_ext = torch.cat([q_all, torch.zeros_like(q_all[:, :1])], dim=1)
+    rows = torch.arange(dr.shape[0])
+    resid = (p_all[rows, n_acc] - q_ext[rows, n_acc]).clamp_min(0.0)
+    z = resid.sum(-1, keepdim=True)
+    # p == q leaves no residual mass; the draft is then always accepted, but keep it sane.
+    resid = torch.where(z > 0, resid / z.clamp_min(1e-30), p_all[rows, n_acc])
+    final = torch.multinomial(resid, 1, generator=gen)[:, 0]
+    q_sampled = q_d.double()
+    res = StepResult(
+        dr,
+        n_acc,
+        final,
+        torch.stack([x["q_max"] for x in feats], 1),
+        torch.stack([x["f"] for x in feats], 1),
+        torch.stack([x["entropy"] for x in feats], 1),
+        q_sampled,
+    )
+    if ids.shape[0] == 1:
+        base = ids.shape[1]
+        a = int(n_acc[0])
+        _crop_to(t_cache, base + a)
+        _crop_to(d_cache, base + min(a, k - 1))
+    return res, (t_cache, d_cache)
+
+
+def emitted_tokens(res: StepResult, row: int) -> list[int]:
+    a = int(res.n_accepted[row])
+    return [int(t) for t in res.drafts[row, :a]] + [int(res.final[row])]
+
+
+# ----------------------------------------------------------------------------- trace loop
+
+
+@dataclass
+class _Request:
+    rid: str
+    ids: object  # LongTensor (1, L)
+    prompt_len: int
+    caches: tuple | None = None
+    done: bool = False
+
+
+def trace_pair(
+    target,
+    drafter,
+    prompts: Sequence[Sequence[int]],
+    cfg: TraceConfig,
+    ids: dict[str, str],
+    eos_token_ids: Sequence[int] = (),
+    progress: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
+    """Labeled drafts (schema of `drafts.DRAFT_SCHEMA`) for ``prompts`` (token id lists).
+
+    ``ids`` gives run_id, pair_id and workload_id. The estimator prediction column is filled
+    by `run_trace` (a replay over the finished stream), here left null.
+    """
+    import torch
+
+    if not prompts:
+        raise TraceError("no prompts to trace")
+    gen = torch.Generator().manual_seed(cfg.seed)
+    eos = set(int(e) for e in eos_token_ids)
+    queue = [
+        _Request(f"{ids['workload_id']}/{i}", torch.tensor([list(p)[-cfg.max_prompt_tokens :]]), 0)
+        for i, p in enumerate(prompts)
+    ]
+    for r in queue:
+        r.prompt_len = r.ids.shape[1]
+    cols: dict[str, list] = {
+        k: [] for k in ("request_id", "step", "position", "label", "q_max", "f", "q_sampled", "entropy")
+    }
+    active: list[_Request] = []
+    step = 0
+    t0 = time.monotonic()
+    while queue or active:
+        while queue and len(active) < cfg.concurrency:
+            active.append(queue.pop(0))
+        for r in active:
+            res, r.caches = spec_step(target, drafter, r.ids, cfg, gen, r.caches)
+            a = int(res.n_accepted[0])
+            n_lab = min(a + 1, cfg.num_draft)
+            cols["request_id"] += [r.rid] * n_lab
+            cols["step"] += [step] * n_lab
+            cols["position"] += list(range(1, n_lab + 1))
+            cols["label"] += [1] * a + [0] * (n_lab - a)
+            for key in ("q_max", "f", "q_sampled", "entropy"):
+                cols[key] += getattr(res, key)[0, :n_lab].tolist()
+            new = emitted_tokens(res, 0)
+            if eos:
+                cut = next((i for i, t in enumerate(new) if t in eos), None)
+                if cut is not None:
+                    new, r.done = new[: cut + 1], True
+            r.ids = torch.cat([r.ids, torch.tensor([new])], dim=1)
+            if r.ids.shape[1] - r.prompt_len >= cfg.max_new_tokens:
+                r.done = True
+        active = [r for r in active if not r.done]
+        step += 1
+        if progress and step % 50 == 0:
+            progress(f"{ids['workload_id']}: step {step}, {len(cols['step'])} labeled drafts, {time.monotonic() - t0:.0f}s")
+    n = len(cols["step"])
+    df = pd.DataFrame(
+        {
+            "run_id": ids["run_id"],
+            "pair_id": ids["pair_id"],
+            "workload_id": ids["workload_id"],
+            "request_id": cols["request_id"],
+            "step": np.asarray(cols["step"], dtype=np.int64),
+            "position": np.asarray(cols["position"], dtype=np.int16),
+            "label": np.asarray(cols["label"], dtype=np.int8),
+            "q_max": np.asarray(cols["q_max"], dtype=np.float64),
+            "logit_q_max": np.asarray(cols["f"], dtype=np.float64),
+            "q_sampled": np.asarray(cols["q_sampled"], dtype=np.float64),
+            "entropy": np.asarray(cols["entropy"], dtype=np.float64),
+            "estimator_pred": np.full(n, np.nan),
+            "head_score": np.full(n, np.nan),
+            "temperature": np.full(n, float(cfg.temperature)),
+        }
+    )
+    return df
+
+
+# ----------------------------------------------------------------------------- distribution test
+
+
+@dataclass(frozen=True)
+class ChiSquare:
+    statistic: float
+    dof: int
+    p_value: float
+    alpha: float
+    n: int
+
+    @property
+    def passed(self) -> bool:
+        return self.p_value >= self.alpha
+
+
+def chi_square(counts: np.ndarray, probs: np.ndarray, alpha: float = 0.01, min_expected: float = 5.0) -> ChiSquare:
+    """Pearson goodness of fit; categories with expected count < ``min_expected`` are pooled."""
+    from scipy.stats import chi2
+
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum()
+    exp = np.asarray(probs, dtype=np.float64) * n
+    if np.any((exp == 0) & (counts > 0)):
+        return ChiSquare(math.inf, 0, 0.0, alpha, int(n))  # a token the target never emits
+    big = exp >= min_expected
+    obs_b, exp_b = list(counts[big]), list(exp[big])
+    if (~big).any():
+        obs_b.append(counts[~big].sum())
+        exp_b.append(exp[~big].sum())
+    obs_a, exp_a = np.array(obs_b), np.array(exp_b)
+    keep = exp_a > 0
+    stat = float(np.sum((obs_a[keep] - exp_a[keep]) ** 2 / exp_a[keep]))
+    dof = int(keep.sum()) - 1
+    return ChiSquare(stat, dof, float(chi2.sf(stat, dof)) if dof > 0 else 1.0, alpha, int(n))
+
+
+@dataclass(frozen=True)
+class DistributionTest:
+    first: ChiSquare  # first emitted token vs p(. | context)
+    second: ChiSquare  # second emitted token vs sum_t p(t | ctx) p(. | ctx, t)
+    mean_accepted: float  # drafts accepted in the first step (the test exercises acceptance)
+
+    @property
+    def passed(self) -> bool:
+        return self.first.passed and self.second.passed
+
+
+def target_marginals(target, context: Sequence[int], cfg: TraceConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Exact distributions of the first and second generated token under the target alone."""
+    import torch
+
+    ctx = torch.tensor([list(context)])
+    with torch.inference_mode():
+        p1 = sampling_probs(target(input_ids=ctx).logits[:, -1], cfg.temperature, cfg.top_p)[0]
+        v = p1.shape[-1]
+        batch = torch.cat([ctx.repeat(v, 1), torch.arange(v)[:, None]], dim=1)
+        p2_given = sampling_probs(target(input_ids=batch).logits[:, -1], cfg.temperature, cfg.top_p)
+    p2 = (p1[:, None] * p2_given).sum(0)
+    return p1.double().numpy(), p2.double().numpy()
+
+
+def sample_two_tokens(target, drafter, context: Sequence[int], cfg: TraceConfig, trials: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """First two tokens emitted by speculative decoding in ``trials`` independent runs."""
+    import torch
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    ids = torch.tensor([list(context)]).repeat(trials, 1)
+    res, _ = spec_step(target, drafter, ids, cfg, gen)
+    first = res.final.clone()
+    second = torch.full_like(first, -1)
+    acc = res.n_accepted
+    has1 = acc >= 1
+    first[has1] = res.drafts[has1, 0]
+    has2 = acc >= 2
+    second[has2] = res.drafts[has2, 1]
+    one_more = acc == 1  # emitted exactly two tokens: draft 1 and the final token
+    second[one_more] = res.final[one_more]
+    # Rows that emitted one token continue with a fresh step from context + that token;
+    # rows sharing that token share the context and run as one batch.
+    need = (second < 0).nonzero()[:, 0]
+    for tok in torch.unique(first[need]).tolist():
+        rows = need[first[need] == tok]
+        sub = torch.cat([ids[rows], torch.full((len(rows), 1), tok)], dim=1)
+        r2, _ = spec_step(target, drafter, sub, cfg, gen)
+        second[rows] = torch.where(r2.n_accepted >= 1, r2.drafts[:, 0], r2.final)
+    return first.numpy(), second.numpy(), float(acc.double().mean())
+
+
+def distribution_test(
+    target, drafter, context: Sequence[int], cfg: TraceConfig, trials: int = 20000, alpha: float = 0.01
+) -> DistributionTest:
+    """Chi-square tests (level ``alpha``) that emitted tokens follow the target distribution."""
+    p1, p2 = target_marginals(target, context, cfg)
+    t1, t2, mean_acc = sample_two_tokens(target, drafter, context, cfg, trials)
+    v = len(p1)
+    c1 = np.bincount(t1, minlength=v)[:v]
+    c2 = np.bincount(t2, minlength=v)[:v]
+    return DistributionTest(chi_square(c1, p1, alpha), chi_square(c2, p2, alpha), mean_acc)
+
+
+# ----------------------------------------------------------------------------- models and prompts
+
+
+@dataclass(frozen=True)
+class PairPaths:
+    pair_id: str
+    target: Path
+    drafter: Path
+
+
+def resolve_pair(pair: str | None, target: Path | None = None, drafter: Path | None = None) -> PairPaths:
+    """``tiny-cpu`` is the pair shipped in the package; otherwise explicit model dirs."""
+    if target is not None or drafter is not None:
+        if target is None or drafter is None:
+            raise TraceError("--target and --drafter must be given together")
+        for part, p in (("target", target), ("drafter", drafter)):
+            if not (Path(p) / "config.json").is_file():
+                raise TraceError(f"{p}: no config.json; expected a Hugging Face model dir for the {part}")
+        return PairPaths(pair or f"{Path(target).name}+{Path(drafter).name}", Path(target), Path(drafter))
+    if pair == "tiny-cpu":
+        from avbench.assets import tiny_pair_dir
+
+        root = tiny_pair_dir()
+        return PairPaths("tiny-cpu", root / "target", root / "drafter")
+    raise TraceError(f"--pair {pair!r}: unknown pair; use 'tiny-cpu' or give --target and --drafter model dirs")
+
+
+def load_model(path: Path, device: str = "cpu"):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"{path}: cannot load a causal LM ({str(exc).splitlines()[0]})") from None
+    return model.to(device).eval()
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"{path}: cannot load a tokenizer ({str(exc).splitlines()[0]})") from None
+
+
+def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Chat template when the tokenizer has one (as vLLM's chat endpoint would), else raw."""
+    out = []
+    for text in texts:
+        if getattr(tokenizer, "chat_template", None):
+            rendered = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+            )
+            out.append(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+        else:
+            out.append(tokenizer(text)["input_ids"])
+    return out
+
+
+@dataclass
+class TraceOutput:
+    drafts_path: Path
+    estimator_path: Path
+    rows: int
+    acceptance: float
+    omega: float
+    beta1: float
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+def estimator_log_frame(ids: dict[str, str], result) -> pd.DataFrame:
+    rows = []
+    for r in result.refits:
+        for k, b in enumerate(r.beta):
+            rows.append(
+                {
+                    **ids,
+                    "round": r.round,
+                    "end_step": r.end_step,
+                    "position": k + 1,
+                    "omega": r.omega,
+                    "beta": float(b),
+                    "n": int(r.n[k]),
+                    "applied": r.applied,
+                }
+            )
+    cols = ["run_id", "pair_id", "workload_id", "round", "end_step", "position", "omega", "beta", "n", "applied"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def finish_trace(df: pd.DataFrame, out_dir: Path, ids: dict[str, str], k: int) -> tuple[Path, Path, object]:
+    """Fill the estimator prediction by replay and write the drafts and the estimator log."""
+    from avbench.estimator.drafts import DRAFTS_SUFFIX, ESTIMATOR_SUFFIX, write_drafts, write_estimator_log
+    from avbench.estimator.online import EstimatorConfig, replay
+
+    res = replay(
+        df["step"].to_numpy(),
+        df["position"].to_numpy().astype(np.int64) - 1,
+        df["label"].to_numpy(),
+        df["logit_q_max"].to_numpy(),
+        EstimatorConfig(num_positions=k),
+    )
+    df = df.assign(estimator_pred=res.pred)
+    stem = f"{ids['pair_id']}__{ids['workload_id']}"
+    dp = write_drafts(df, out_dir / f"{stem}{DRAFTS_SUFFIX}")
+    ep = write_estimator_log(estimator_log_frame(ids, res), out_dir / f"{stem}{ESTIMATOR_SUFFIX}")
+    return dp, ep, res
+
+
+def run_trace(
+    pair: PairPaths,
+    workload: str,
+    out_dir: Path,
+    cfg: TraceConfig,
+    run_id: str,
+    progress: Callable[[str], None] | None = None,
+) -> TraceOutput:
+    """Trace one (pair, workload) into ``out_dir`` (drafts, estimator log, manifest)."""
+    import torch
+
+    from avbench.estimator.prompts import load_prompts
+
+    torch.manual_seed(cfg.seed)
+    t0 = time.monotonic()
+    texts = load_prompts(workload, cfg.num_prompts)
+    tok = load_tokenizer(pair.target)
+    target, drafter = load_model(pair.target, cfg.device), load_model(pair.drafter, cfg.device)
+    prompts = encode_prompts(tok, texts)
+    eos = tok.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    ids = {"run_id": run_id, "pair_id": pair.pair_id, "workload_id": workload}
+    df = trace_pair(target, drafter, prompts, cfg, ids, eos_ids, progress)
+    dp, ep, res = finish_trace(df, out_dir, ids, cfg.num_draft)
+    secs = time.monotonic() - t0
+    manifest = {
+        **ids,
+        "target": str(pair.target),
+        "drafter": str(pair.drafter),
+        "config": asdict(cfg),
+        "rows": len(df),
+        "seconds": round(secs, 2),
+    }
+    (out_dir / f"{pair.pair_id}__{workload}.trace.json").write_text(json.dumps(manifest, indent=2))
+    return TraceOutput(
+        dp,
+        ep,
+        len(df),
+        float(df["label"].mean()) if len(df) else float("nan"),
+        res.omega,
+        float(res.beta[0]) if len(res.beta) else float("nan"),
+        secs,
+    )

@@ -1,0 +1,1 @@
+"""Load driver: async streaming requests against an OpenAI-compatible server."""

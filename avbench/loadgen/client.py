@@ -1,0 +1,559 @@
+"""The load driver: streams requests to an OpenAI-compatible server and records every chunk.
+
+One shared ``httpx.AsyncClient`` (HTTP/1.1 keep-alive, pool sized to the concurrency) sends
+``stream=true`` requests with ``stream_options.include_usage``. Two schedules:
+
+- closed loop (``concurrency=N``): N workers, each runs one conversation at a time, so exactly N
+  conversations are in flight;
+- open loop (``rate=R``): conversation *i* starts at ``t0 + i/R`` (or at seeded Poisson
+  arrivals), an absolute schedule so that per-request costs never accumulate into drift;
+  ``concurrency`` then caps how many are in flight.
+
+Timing is ``time.perf_counter()``. ``sent_at`` is taken when httpcore starts writing the request
+headers (its ``trace`` hook), so pool waits and connects are not charged to TTFT. Each read from
+the socket is timestamped as it arrives, before any parsing; all JSON parsing of a response is
+done once, after its last byte (one msgspec decode over all its events), which keeps the
+per-chunk work on the hot path to a ``perf_counter`` call and a bytes split.
+
+Token counts per chunk: vLLM (0.32 and later) honours ``"return_token_ids": true`` in streaming
+chat and completions requests and then puts each chunk's generated ``token_ids`` in it, so the
+count is exact. When a server does not send them (another server, or vLLM hiding a reasoning
+parser's tokens) each content-bearing chunk counts as one token (vLLM streams a chunk even for a
+token that decodes to ""), and if the server's ``usage.completion_tokens`` is larger, the
+difference is spread over the chunks in proportion to their text length (speculative chunks
+carry several tokens and proportionally more text); the record's total then equals the usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+import msgspec
+
+from avbench.loadgen.config import EndpointConfig, SamplingParams
+from avbench.loadgen.transport import FastTransport
+from avbench.records import RequestRecord
+from avbench.workloads.base import Conversation
+
+_perf = time.perf_counter
+_DONE = b"data: [DONE]"
+
+
+@dataclass
+class DriveResult:
+    records: list[RequestRecord]  # warmup records included, flagged warmup=True
+    window_start: float | None  # perf_counter when the first measured request was sent
+    window_end: float | None  # perf_counter when the last measured request finished
+    sent: int = 0  # measured requests sent (turns that were actually attempted)
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0  # measured turns not sent because an earlier turn of theirs failed
+    warmup_sent: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # error_kind -> count (measured)
+
+    @property
+    def measured(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.warmup]
+
+    @property
+    def window_s(self) -> float:
+        if self.window_start is None or self.window_end is None:
+            return 0.0
+        return self.window_end - self.window_start
+
+
+def build_messages(conv: Conversation, turn: int, answers: Sequence[str]) -> list[dict]:
+    """Messages for ``turn`` of ``conv``: earlier turns with the model's actual answers."""
+    msgs: list[dict] = []
+    if conv.system:
+        msgs.append({"role": "system", "content": conv.system})
+    for k in range(turn):
+        msgs.append({"role": "user", "content": conv.turns[k]})
+        msgs.append({"role": "assistant", "content": answers[k]})
+    msgs.append({"role": "user", "content": conv.turns[turn]})
+    return msgs
+
+
+def default_render_prompt(messages: list[dict]) -> str:
+    """Plain-text rendering for /v1/completions when no chat template is given."""
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\n\nassistant:"
+
+
+def build_body(
+    endpoint: EndpointConfig,
+    sampling: SamplingParams,
+    messages: list[dict],
+    render_prompt: Callable[[list[dict]], str] | None = None,
+) -> bytes:
+    body: dict = {"model": endpoint.model}
+    if endpoint.api == "chat":
+        body["messages"] = messages
+    else:
+        body["prompt"] = (render_prompt or default_render_prompt)(messages)
+    body.update(
+        stream=True,
+        stream_options={"include_usage": True},
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+    )
+    if sampling.ignore_eos:
+        body["ignore_eos"] = True
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
+    if sampling.chat_template_kwargs and endpoint.api == "chat":
+        body["chat_template_kwargs"] = sampling.chat_template_kwargs
+    if endpoint.return_token_ids:
+        body["return_token_ids"] = True
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+class _Fail(Exception):
+    def __init__(self, kind: str, text: str):
+        super().__init__(text)
+        self.kind = kind
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    role: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    text: str | None = None
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _Chunk(msgspec.Struct):
+    # Only the fields avbench reads: msgspec skips the rest without building objects for them.
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+
+
+_decode_all = msgspec.json.Decoder(list[_Chunk]).decode
+_decode_one = msgspec.json.Decoder(_Chunk).decode
+_DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def split_events(reads: list[tuple[float, bytes]]) -> tuple[list[bytes], list[float]]:
+    """SSE events of a body, each with the arrival time of the read that completed it."""
+    events: list[bytes] = []
+    times: list[float] = []
+    buf = b""
+    for t, data in reads:
+        if buf:
+            data = buf + data
+        parts = data.split(b"\n\n")
+        buf = parts.pop()
+        for p in parts:
+            p = p.strip(b"\r\n")
+            if p:
+                events.append(p)
+                times.append(t)
+    if buf.strip():
+        events.append(buf.strip())
+        times.append(reads[-1][0])
+    return events, times
+
+
+def _fast_decode(reads: list[tuple[float, bytes]]) -> tuple[list[_Chunk], list[float], bool] | None:
+    """Whole-body decode for the common well-formed case: one C-level decode per response.
+
+    Returns None when the body is not plain ``data: {json}\\n\\n`` events (comments, a cut or
+    broken event...), and the caller takes the per-event path that can say what is wrong.
+    """
+    if not reads:
+        return None
+    body = b"".join([d for _, d in reads]) if len(reads) > 1 else reads[0][1]
+    done = body.endswith(_DONE_EVENT)
+    core = body[: -len(_DONE_EVENT)] if done else body
+    if not core.startswith(b"data: ") or not core.endswith(b"\n\n"):
+        return None
+    # Arrival time per event: the read holding its terminating blank line.
+    times: list[float] = []
+    prev_nl = False
+    for t, d in reads:
+        k = d.count(b"\n\n")
+        if prev_nl and d[:1] == b"\n":
+            k += 1
+        if k:
+            times += [t] * k
+        prev_nl = d[-1:] == b"\n" and d[-2:] != b"\n\n"
+    try:
+        objs = _decode_all(b"[" + core[6:-2].replace(b"\n\ndata: ", b",") + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if len(objs) + done != len(times):
+        return None
+    return objs, times, done
+
+
+def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
+    """Fill the record from the response body. Returns whether the stream completed."""
+    fast = _fast_decode(reads)
+    if fast is not None:
+        objs, times, done = fast
+    else:
+        events, ev_times = split_events(reads)
+        done = bool(events) and events[-1] == _DONE
+        objs, times = [], []
+        for i, (ev, t) in enumerate(zip(events, ev_times, strict=True)):
+            if not ev.startswith(b"data:"):
+                continue  # SSE comment / keep-alive
+            p = ev[5:].lstrip()
+            if p == b"[DONE]":
+                continue
+            try:
+                objs.append(_decode_one(p))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                if rec.error is None:
+                    rec.error_kind = "malformed"
+                    rec.error = f"malformed chunk #{i}: {p[:120]!r}"
+                continue
+            times.append(t)
+    texts: list[str] = []
+    counts: list[int] = []
+    ctimes: list[float] = []
+    exact = True
+    for obj, t in zip(objs, times, strict=False):
+        if obj.usage is not None:
+            rec.prompt_tokens = obj.usage.prompt_tokens
+            rec.completion_tokens = obj.usage.completion_tokens
+        if not obj.choices:
+            continue
+        c = obj.choices[0]
+        if c.finish_reason:
+            rec.finish_reason = c.finish_reason
+        d = c.delta
+        if d is not None:
+            if d.role is not None and not c.token_ids:
+                continue  # the role-only first chunk carries no token
+            text = d.content
+            r = d.reasoning_content if d.reasoning_content is not None else d.reasoning
+            if r is not None:  # thinking tokens count as output (DESIGN.md §7)
+                text = r if text is None else r + text
+        else:
+            text = c.text
+        ids = c.token_ids
+        if ids is not None:
+            n = len(ids)
+        elif text is not None:
+            n = 1
+            exact = False
+        else:
+            continue
+        if n:
+            texts.append(text or "")
+            counts.append(n)
+            ctimes.append(t)
+    if not exact and rec.completion_tokens is not None:
+        counts = reconcile_counts(counts, texts, rec.completion_tokens)
+    rec.output_text = "".join(texts)
+    s = rec.sent_at
+    rec.chunk_times = [t - s for t in ctimes]
+    rec.chunk_tokens = counts
+    if ctimes:
+        rec.ttft = ctimes[0] - s
+    return done or rec.finish_reason is not None
+
+
+def reconcile_counts(counts: list[int], texts: list[str], total: int) -> list[int]:
+    """Spread ``total - sum(counts)`` extra tokens over chunks by text length (estimate).
+
+    Used only when the server sent no token ids; keeps every chunk at >= 1 token.
+    """
+    extra = total - sum(counts)
+    if extra <= 0 or not counts:
+        return counts
+    weights = [max(len(t), 1) for t in texts]
+    wsum = sum(weights)
+    shares = [extra * w / wsum for w in weights]
+    add = [math.floor(x) for x in shares]
+    # Largest remainders get the leftover tokens, so the sum is exact.
+    left = extra - sum(add)
+    for i in sorted(range(len(shares)), key=lambda i: add[i] - shares[i])[:left]:
+        add[i] += 1
+    return [c + a for c, a in zip(counts, add, strict=True)]
+
+
+async def _stamped(it):
+    # Fallback for other transports: stamp each item as the client receives it.
+    async for data in it:
+        yield _perf(), data
+
+
+class _Driver:
+    def __init__(
+        self,
+        endpoint: EndpointConfig,
+        sampling: SamplingParams,
+        client: httpx.AsyncClient,
+        render_prompt: Callable[[list[dict]], str] | None,
+        on_record: Callable[[RequestRecord], None] | None,
+    ):
+        self.endpoint = endpoint
+        self.sampling = sampling
+        self.client = client
+        self.render_prompt = render_prompt
+        self.on_record = on_record
+        self.chat = endpoint.api == "chat"
+        self.path = "/v1/chat/completions" if self.chat else "/v1/completions"
+        self.url = endpoint.base_url.rstrip("/") + self.path
+        self.headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "accept-encoding": "identity",  # the body is split raw; no compression
+        }
+        if endpoint.api_key is not None:
+            self.headers["authorization"] = "Bearer " + endpoint.api_key.get_secret_value()
+        self.records: list[RequestRecord] = []
+        self.window_start: float | None = None
+        self.window_end: float | None = None
+        self.skipped = 0
+
+    async def request(self, rec: RequestRecord, body: bytes) -> None:
+        """One streamed request; never raises for server or network trouble."""
+        rec.sent_at = 0.0
+        reads: list[tuple[float, bytes]] = []
+        append = reads.append
+
+        async def trace(name: str, info: dict) -> None:
+            if name == "http11.send_request_headers.started":
+                rec.sent_at = _perf()
+
+        started = _perf()
+        try:
+            async with asyncio.timeout(self.endpoint.request_timeout_s):
+                async with self.client.stream(
+                    "POST",
+                    self.url,
+                    content=body,
+                    headers=self.headers,
+                    extensions={"trace": trace},
+                ) as resp:
+                    rec.status = resp.status_code
+                    if resp.status_code >= 400:
+                        snippet = (await resp.aread())[:300].decode("utf-8", "replace")
+                        kind = "http_5xx" if resp.status_code >= 500 else "http_4xx"
+                        raise _Fail(kind, f"HTTP {resp.status_code}: {snippet}")
+                    fast = resp.extensions.get("arrivals")
+                    chunks = fast.timed() if fast is not None else _stamped(resp.aiter_raw())
+                    async for item in chunks:  # (arrival time taken before parsing, bytes)
+                        append(item)
+            end = _perf()
+            if not rec.sent_at:
+                rec.sent_at = started
+            complete = _parse_events(rec, reads)
+            rec.e2e = (reads[-1][0] if reads else end) - rec.sent_at
+            if rec.error is None and not complete:
+                raise _Fail(
+                    "stream_cut", f"stream ended before [DONE] after {len(rec.chunk_times)} chunks"
+                )
+        except _Fail as exc:
+            rec.error_kind, rec.error = exc.kind, str(exc)
+        except TimeoutError:
+            self._partial(rec, reads, started)
+            rec.error_kind = "timeout"
+            rec.error = f"request exceeded {self.endpoint.request_timeout_s:g} s"
+        except httpx.TimeoutException as exc:
+            self._partial(rec, reads, started)
+            kind = (
+                "connect"
+                if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout)
+                else "timeout"
+            )
+            rec.error_kind = kind
+            rec.error = f"{type(exc).__name__}: no data for {self.endpoint.read_timeout_s:g} s"
+        except httpx.ConnectError as exc:
+            rec.sent_at = rec.sent_at or started
+            rec.error_kind, rec.error = "connect", f"ConnectError: {exc}"
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            self._partial(rec, reads, started)
+            rec.error_kind = "stream_cut" if rec.sent_at else "connect"
+            rec.error = f"{type(exc).__name__}: {exc}"[:300]
+        except httpx.HTTPError as exc:
+            self._partial(rec, reads, started)
+            rec.error_kind, rec.error = "connect", f"{type(exc).__name__}: {exc}"[:300]
+        if rec.error is not None and rec.error_kind is None:
+            rec.error_kind = "malformed"
+
+    def _partial(self, rec: RequestRecord, reads, started: float) -> None:
+        # Keep what arrived before the failure: chunk times still say how far it got.
+        if not rec.sent_at:
+            rec.sent_at = started
+        if reads:
+            err, kind = rec.error, rec.error_kind
+            _parse_events(rec, reads)
+            if rec.error is None:
+                rec.error, rec.error_kind = err, kind
+        rec.e2e = _perf() - rec.sent_at
+
+    async def conversation(self, conv: Conversation, warmup: bool, queued_at: float) -> None:
+        answers: list[str] = []
+        for k, user in enumerate(conv.turns):
+            messages = build_messages(conv, k, answers)
+            body = build_body(self.endpoint, self.sampling, messages, self.render_prompt)
+            rec = RequestRecord(conversation_id=conv.id, turn=k, warmup=warmup)
+            rec.queued_at = queued_at if k == 0 else _perf()
+            rec.prompt_text = user
+            await self.request(rec, body)
+            self.records.append(rec)
+            if not warmup:
+                if self.window_start is None or rec.sent_at < self.window_start:
+                    self.window_start = rec.sent_at
+                self.window_end = _perf()
+            if self.on_record is not None:
+                self.on_record(rec)
+            if not rec.ok:
+                if not warmup:
+                    self.skipped += len(conv.turns) - k - 1
+                return
+            answers.append(rec.output_text)
+
+    async def closed_loop(self, convs: Sequence[Conversation], n: int, warmup: bool) -> None:
+        it: Iterator[Conversation] = iter(convs)
+
+        async def worker() -> None:
+            for conv in it:  # shared iterator: each conversation goes to exactly one worker
+                await self.conversation(conv, warmup, _perf())
+
+        await asyncio.gather(*(worker() for _ in range(min(n, len(convs)))))
+
+    async def open_loop(
+        self,
+        convs: Sequence[Conversation],
+        rate: float,
+        cap: int | None,
+        seed: int | None,
+        warmup: bool,
+    ) -> None:
+        sem = asyncio.Semaphore(cap) if cap else None
+        offsets = arrival_offsets(len(convs), rate, seed)
+        tasks: set[asyncio.Task] = set()
+
+        async def run(conv: Conversation, due: float) -> None:
+            if sem is None:
+                await self.conversation(conv, warmup, due)
+                return
+            async with sem:
+                await self.conversation(conv, warmup, due)
+
+        t0 = _perf()
+        for conv, off in zip(convs, offsets, strict=True):
+            due = t0 + off
+            delay = due - _perf()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(run(conv, due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+
+
+def arrival_offsets(n: int, rate: float, seed: int | None = None) -> list[float]:
+    """Send offsets from t0: i/rate, or cumulative exponential gaps (Poisson) when seeded."""
+    if seed is None:
+        return [i / rate for i in range(n)]
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def make_client(endpoint: EndpointConfig, pool: int) -> httpx.AsyncClient:
+    """One shared client; http:// goes through :class:`FastTransport` (pool of ``pool``)."""
+    timeout = httpx.Timeout(
+        connect=min(30.0, endpoint.request_timeout_s),
+        read=endpoint.read_timeout_s,
+        write=endpoint.read_timeout_s,
+        pool=endpoint.request_timeout_s,
+    )
+    kw: dict = {}
+    if endpoint.base_url.startswith("http://"):
+        kw["transport"] = FastTransport(max_connections=pool)
+    else:  # https: httpx's own transport (TLS)
+        kw["limits"] = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
+    return httpx.AsyncClient(timeout=timeout, trust_env=False, **kw)
+
+
+async def drive(
+    endpoint: EndpointConfig,
+    sampling: SamplingParams,
+    conversations: Sequence[Conversation],
+    *,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    warmup: int = 0,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    render_prompt: Callable[[list[dict]], str] | None = None,
+    before_measure: Callable[[], Awaitable[None]] | None = None,
+    after_measure: Callable[[], Awaitable[None]] | None = None,
+    poisson_seed: int | None = None,
+) -> DriveResult:
+    """Run ``conversations`` (the first ``warmup`` of them as warmup) and record every turn."""
+    if concurrency is None and rate is None:
+        raise ValueError("drive: give concurrency (closed loop) or rate (open loop)")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"drive: concurrency must be >= 1, got {concurrency}")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"drive: rate must be > 0 req/s, got {rate}")
+    warm, measured = list(conversations[:warmup]), list(conversations[warmup:])
+    pool = concurrency or max(1, min(4096, math.ceil(rate * 4)))
+    async with make_client(endpoint, pool) as client:
+        d = _Driver(endpoint, sampling, client, render_prompt, on_record)
+
+        async def phase(convs: list[Conversation], is_warmup: bool) -> None:
+            if not convs:
+                return
+            if rate is None:
+                await d.closed_loop(convs, concurrency, is_warmup)
+            else:
+                await d.open_loop(convs, rate, concurrency, poisson_seed, is_warmup)
+
+        await phase(warm, True)
+        if before_measure is not None:
+            await before_measure()
+        await phase(measured, False)
+        if after_measure is not None:
+            await after_measure()
+    res = DriveResult(d.records, d.window_start, d.window_end, skipped=d.skipped)
+    for r in d.records:
+        if r.warmup:
+            res.warmup_sent += 1
+            continue
+        res.sent += 1
+        if r.ok:
+            res.ok += 1
+        else:
+            res.failed += 1
+            res.errors[r.error_kind or "unknown"] = res.errors.get(r.error_kind or "unknown", 0) + 1
+    return res
+
+
+def run_drive(*args, **kwargs) -> DriveResult:
+    """Synchronous :func:`drive` on a fresh event loop (uvloop when installed)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(drive(*args, **kwargs))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(drive(*args, **kwargs))

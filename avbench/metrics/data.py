@@ -1,0 +1,150 @@
+"""One cell's records turned into flat numpy arrays, once, for every metric to read.
+
+Which requests count where (decided here, once):
+
+- warmup records are dropped before anything else;
+- latency distributions (TTFT, E2E, TPOT, ITL, inter-chunk) and throughput use *successful*
+  requests only, as vLLM's own benchmark does: a cut-off stream has no meaningful E2E and
+  would reward an arm for failing fast;
+- tokens that failed requests did stream are kept apart (``failed_output_tokens``) so that
+  they are visible but not credited as throughput;
+- queue delay uses every measured request: it describes the client, not the answer.
+
+Per-chunk work is vectorised: the chunk lists of all requests are concatenated into one array
+with a request index, and gaps/first-chunk masks are computed with numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
+
+from avbench.metrics.base import MetricsError
+from avbench.metrics.prometheus import SpecDecodeCounters
+from avbench.records import RequestRecord
+
+# Error kinds the load driver emits (records.py); always reported, 0 when none happened,
+# so every cell has the same columns.
+KNOWN_ERROR_KINDS: tuple[str, ...] = (
+    "http_4xx",
+    "http_5xx",
+    "timeout",
+    "stream_cut",
+    "malformed",
+    "connect",
+)
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0)
+
+
+@dataclass(frozen=True)
+class CellData:
+    window_s: float
+    gpus: int
+    requests_ok: int = 0
+    requests_failed: int = 0
+    requests_warmup: int = 0
+    error_counts: dict[str, int] = field(default_factory=dict)
+    # Per successful request (seconds / tokens).
+    ttft_s: np.ndarray = field(default_factory=_empty)  # requests that got a first token
+    e2e_s: np.ndarray = field(default_factory=_empty)
+    tpot_s: np.ndarray = field(default_factory=_empty)  # requests with more than one token
+    output_tokens: np.ndarray = field(default_factory=_empty)
+    prompt_tokens: np.ndarray | None = None  # None when a successful request lacks usage
+    failed_output_tokens: int = 0
+    # Pooled over the token-bearing chunks of successful requests, first chunk excluded.
+    gap_s: np.ndarray = field(default_factory=_empty)  # t_j - t_{j-1}
+    gap_tokens: np.ndarray = field(default_factory=_empty)  # tokens carried by chunk j
+    # Per successful request with at least two chunks: mean tokens over chunks 1..n-1.
+    request_tokens_per_step: np.ndarray = field(default_factory=_empty)
+    queue_delay_s: np.ndarray = field(default_factory=_empty)  # every measured request
+    counters: SpecDecodeCounters | None = None  # /metrics delta over the window
+
+    @classmethod
+    def from_records(
+        cls,
+        records: Sequence[RequestRecord],
+        *,
+        window_s: float,
+        gpus: int,
+        counters: SpecDecodeCounters | None = None,
+    ) -> CellData:
+        if gpus < 1:
+            raise MetricsError(f"gpus must be >= 1 (got {gpus})")
+        measured = [r for r in records if not r.warmup]
+        ok = [r for r in measured if r.ok]
+        failed = [r for r in measured if not r.ok]
+        for r in measured:
+            if len(r.chunk_times) != len(r.chunk_tokens):
+                raise MetricsError(
+                    f"record {r.conversation_id} turn {r.turn}: chunk_times has "
+                    f"{len(r.chunk_times)} entries but chunk_tokens has {len(r.chunk_tokens)}"
+                )
+
+        errors = dict.fromkeys(KNOWN_ERROR_KINDS, 0)
+        for r in failed:
+            kind = r.error_kind or "unknown"
+            errors[kind] = errors.get(kind, 0) + 1
+
+        out_tokens = np.array(
+            [
+                r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens)
+                for r in ok
+            ],
+            dtype=float,
+        )
+        prompt = None
+        if all(r.prompt_tokens is not None for r in ok):
+            prompt = np.array([r.prompt_tokens for r in ok], dtype=float)
+
+        ttft = np.array([np.nan if r.ttft is None else r.ttft for r in ok], dtype=float)
+        e2e = np.array([np.nan if r.e2e is None else r.e2e for r in ok], dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = (e2e - ttft) / (out_tokens - 1.0)
+        tpot = tpot[(out_tokens > 1) & np.isfinite(tpot)]
+
+        gap_s, gap_tokens, per_request = _chunk_arrays(ok)
+
+        return cls(
+            window_s=float(window_s),
+            gpus=int(gpus),
+            requests_ok=len(ok),
+            requests_failed=len(failed),
+            requests_warmup=len(records) - len(measured),
+            error_counts=errors,
+            ttft_s=ttft[np.isfinite(ttft)],
+            e2e_s=e2e[np.isfinite(e2e)],
+            tpot_s=tpot,
+            output_tokens=out_tokens,
+            prompt_tokens=prompt,
+            failed_output_tokens=int(sum(sum(r.chunk_tokens) for r in failed)),
+            gap_s=gap_s,
+            gap_tokens=gap_tokens,
+            request_tokens_per_step=per_request,
+            queue_delay_s=np.array([r.queue_delay for r in measured], dtype=float),
+            counters=counters,
+        )
+
+
+def _chunk_arrays(ok: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gaps and token counts of every non-first chunk, and each request's mean tokens/step."""
+    lengths = np.array([len(r.chunk_times) for r in ok], dtype=np.int64)
+    total = int(lengths.sum()) if lengths.size else 0
+    if total == 0:
+        return _empty(), _empty(), _empty()
+    times = np.fromiter(chain.from_iterable(r.chunk_times for r in ok), float, total)
+    tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in ok), float, total)
+    request = np.repeat(np.arange(lengths.size), lengths)
+    later = np.ones(total, dtype=bool)
+    later[(np.cumsum(lengths) - lengths)[lengths > 0]] = False  # first chunk of each request
+    gaps = np.diff(times, prepend=0.0)[later]
+    step_tokens = tokens[later]
+    sums = np.bincount(request[later], weights=step_tokens, minlength=lengths.size)
+    counts = np.bincount(request[later], minlength=lengths.size)
+    has_steps = counts > 0
+    return gaps, step_tokens, sums[has_steps] / counts[has_steps]

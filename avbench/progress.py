@@ -1,0 +1,134 @@
+"""Live progress for a sweep (rich): arm, workload, concurrency, requests done, current tok/s."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from avbench.plan import Cell
+from avbench.records import RequestRecord
+
+
+class SweepReporter:
+    """Receives sweep events. The base class is silent (tests, library use)."""
+
+    def arm_started(self, arm: str, detail: str) -> None: ...
+    def arm_failed(self, arm: str, reason: str) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def request_done(self, record: RequestRecord) -> None:
+        if self._task is None:
+            return
+        if not record.warmup:
+            self._tokens += sum(record.chunk_tokens)
+        dt = max(time.perf_counter() - self._t0, 1e-9)
+        # The bar counts conversations: a multi-turn one advances on its first turn only.
+        self.progress.update(
+            self._task, advance=1 if record.turn == 0 else 0, tok_s=f"{self._tokens / dt:.0f}"
+        )
+
+    def cell_finished(self, cell: Cell, row: dict) -> None: ...
+    def cell_failed(self, cell: Cell, reason: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def cell_summary(row: dict) -> str:
+    pos = [row[f"accept_pos_{i}"] for i in range(64) if row.get(f"accept_pos_{i}") is not None]
+    acc = ""
+    if row.get("acceptance_length") is not None:
+        acc = f" | accept len {row['acceptance_length']:.2f} per-pos [" + ", ".join(
+            f"{p:.2f}" for p in pos
+        ) + "]"
+    fails = row.get("requests_failed") or 0
+    return (
+        f"{row.get('output_tok_s') and round(row['output_tok_s'], 1)} tok/s | "
+        f"TPOT p50 {_fmt(row.get('tpot_ms_median'))} ms | TTFT p50 {_fmt(row.get('ttft_ms_median'))} ms"
+        f"{acc}" + (f" | {fails} failed" if fails else "")
+    )
+
+
+class RichReporter(SweepReporter):
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[tok_s]} tok/s"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self.progress.start()
+        self._task = None
+        self._t0 = 0.0
+        self._tokens = 0
+
+    def arm_started(self, arm: str, detail: str) -> None:
+        self.console.print(f"[bold cyan]arm {arm}[/]: {detail}")
+
+    def arm_failed(self, arm: str, reason: str) -> None:
+        first, *rest = reason.splitlines() or [""]
+        self.console.print(f"[bold red]arm {arm} failed:[/] {first}")
+        for line in rest[-10:]:
+            self.console.print(f"    {line}", markup=False, highlight=False)
+
+    def cell_started(self, cell: Cell) -> None:
+        load = f"c={cell.concurrency}" if cell.rate is None else f"rate={cell.rate:g}/s"
+        self._t0, self._tokens = time.perf_counter(), 0
+        self._task = self.progress.add_task(
+            f"{cell.arm} · {cell.workload} · {load}", total=cell.num_requests + cell.warmup, tok_s="-"
+        )
+
+    def request_done(self, record: RequestRecord) -> None:
+        if self._task is None or record.turn > 0:
+            if self._task is not None and not record.warmup:
+                self._tokens += sum(record.chunk_tokens)
+            return
+        if not record.warmup:
+            self._tokens += sum(record.chunk_tokens)
+        dt = max(time.perf_counter() - self._t0, 1e-9)
+        self.progress.update(self._task, advance=1, tok_s=f"{self._tokens / dt:.0f}")
+
+    def cell_finished(self, cell: Cell, row: dict) -> None:
+        if self._task is not None:
+            self.progress.update(self._task, completed=cell.num_requests + cell.warmup)
+            self.progress.remove_task(self._task)
+            self._task = None
+        self.console.print(f"  ✓ {cell.id}: {cell_summary(row)}", highlight=False)
+
+    def cell_failed(self, cell: Cell, reason: str) -> None:
+        if self._task is not None:
+            self.progress.remove_task(self._task)
+            self._task = None
+        self.console.print(f"  [red]✗ {cell.id}[/]: {reason.splitlines()[0] if reason else ''}")
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def summary_table(rows: list[dict]) -> Table:
+    table = Table(title="cells")
+    for col in ("arm", "workload", "load", "tok/s", "tok/s/GPU", "TPOT p50 ms", "accept len", "per-position"):
+        table.add_column(col)
+    for r in rows:
+        pos = [r.get(f"accept_pos_{i}") for i in range(64)]
+        pos = [p for p in pos if p is not None]
+        load = f"c={r['concurrency']}" if r.get("rate") is None else f"rate={r['rate']}"
+        table.add_row(
+            r["arm"],
+            r["workload"],
+            load,
+            _fmt(r.get("output_tok_s")),
+            _fmt(r.get("output_tok_s_per_gpu")),
+            _fmt(r.get("tpot_ms_median")),
+            _fmt(r.get("acceptance_length"), ".2f"),
+            " ".join(f"{p:.2f}" for p in pos) or "-",
+        )
+    return table

@@ -1,0 +1,41 @@
+"""Per-request records: what the load driver measured for one request (one turn).
+
+All times are seconds from ``time.perf_counter()`` (monotonic). ``chunk_times`` are offsets
+from ``sent_at`` taken at arrival, before parsing. The record is the only thing metrics read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    conversation_id: str
+    turn: int  # 0-based turn index within the conversation
+    warmup: bool = False
+    queued_at: float = 0.0  # when the scheduler released it (client-side queue start)
+    sent_at: float = 0.0  # when the request was actually written to the connection
+    ttft: float | None = None  # sent -> first content token (s)
+    e2e: float | None = None  # sent -> last byte (s)
+    chunk_times: list[float] = field(default_factory=list)  # arrival offsets of token-bearing chunks
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens carried by each such chunk
+    prompt_tokens: int | None = None  # from the server's usage
+    completion_tokens: int | None = None  # from the server's usage
+    status: int | None = None  # HTTP status
+    finish_reason: str | None = None
+    error: str | None = None  # None when the request succeeded
+    error_kind: str | None = None  # http_4xx, http_5xx, timeout, stream_cut, malformed, connect
+    prompt_text: str = ""  # last user message sent (for checks such as MT-Bench turn 2)
+    output_text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def queue_delay(self) -> float:
+        return self.sent_at - self.queued_at
+
+    def to_row(self) -> dict:
+        return asdict(self)

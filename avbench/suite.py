@@ -1,0 +1,195 @@
+"""Suite files: model pairs, workloads and sweeps, read from TOML into typed models.
+
+Every validation problem becomes one line naming the file, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from avbench.errors import SuiteError
+from avbench.loadgen.config import SamplingParams
+from avbench.workloads.spec import WorkloadSpec
+
+# Prefix in pair files that resolves to the package's embedded assets (the tiny pair).
+ASSET_PREFIX = "@assets/"
+
+
+class Pair(BaseModel):
+    """A target model and its drafter, with everything needed to serve them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    target: str  # HF id or local dir; "@assets/..." = shipped with avbench
+    drafter: str | None = None  # None: the method drafts from inside the target (MTP, DSpark)
+    method: str  # vLLM speculative method: draft_model, eagle, mtp, dflash, dspark, ...
+    max_k: int = Field(gt=0)
+    k_values: list[int] | None = None  # static-K arms; default: the sweep's list capped at max_k
+    served_model_name: str | None = None
+    serve_flags: list[str] = []
+    env: dict[str, str] = {}
+    av_env: dict[str, str] = {}  # extra env for the AV arm only (e.g. VLLM_USE_V2_MODEL_RUNNER)
+    speculative_extra: dict = {}  # merged into --speculative-config for every speculative arm
+    tensor_parallel: int = Field(1, gt=0)
+    pipeline_parallel: int = Field(1, gt=0)
+    data_parallel: int = Field(1, gt=0)
+    confidence_head: Literal["auto", "off", "none"] = "none"
+    reasoning: bool = False  # model streams thinking; chat_template_kwargs recorded per cell
+    chat_template_kwargs: dict | None = None
+    default_sweep: str = "default"
+    ready_timeout_s: float = Field(900.0, gt=0)
+
+    @property
+    def gpus_per_server(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.name
+
+    def resolve(self, ref: str | None) -> str | None:
+        """Expand "@assets/x" to the installed package's asset directory."""
+        if ref is None or not ref.startswith(ASSET_PREFIX):
+            return ref
+        return str(Path(__file__).parent / "assets" / ref[len(ASSET_PREFIX) :])
+
+    @field_validator("k_values")
+    @classmethod
+    def _positive_ks(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(k <= 0 for k in v)):
+            raise ValueError("must be a non-empty list of positive integers")
+        return v
+
+
+class Sweep(BaseModel):
+    """What to run against each arm: workloads × concurrencies × repeats."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    workloads: list[str] = Field(min_length=1)
+    concurrencies: list[int] = [1, 2, 4, 8, 16, 32, 64]
+    rates: list[float] | None = None  # open-loop req/s instead of concurrencies
+    k_values: list[int] = [1, 3, 5, 8]
+    arms: list[Literal["baseline", "static", "av"]] = ["baseline", "static", "av"]
+    requests_per_concurrency: int = Field(8, gt=0)  # requests = max(rpc × c, min_requests)
+    min_requests: int = Field(32, gt=0)
+    max_requests: int | None = Field(None, gt=0)
+    warmup: int = Field(4, ge=0)  # warmup conversations per cell, outside the window
+    repeats: int = Field(1, gt=0)
+    sampling: SamplingParams = SamplingParams()
+
+    @field_validator("concurrencies", "k_values")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v or any(x <= 0 for x in v):
+            raise ValueError("must be a non-empty list of positive integers")
+        return v
+
+    def num_requests(self, concurrency: int) -> int:
+        n = max(self.requests_per_concurrency * concurrency, self.min_requests)
+        return min(n, self.max_requests) if self.max_requests else n
+
+
+class Suite(BaseModel):
+    """Everything defined in one suites directory."""
+
+    pairs: dict[str, Pair]
+    workloads: dict[str, WorkloadSpec]
+    sweeps: dict[str, Sweep]
+    root: Path
+
+    def pair(self, name: str) -> Pair:
+        return _lookup(self.pairs, name, "pair", self.root / "pairs.toml")
+
+    def workload(self, name: str) -> WorkloadSpec:
+        return _lookup(self.workloads, name, "workload", self.root / "workloads.toml")
+
+    def sweep(self, name: str) -> Sweep:
+        sweep = _lookup(self.sweeps, name, "sweep", self.root / "sweeps.toml")
+        for w in sweep.workloads:
+            if w not in self.workloads:
+                raise SuiteError(
+                    f"{self.root / 'sweeps.toml'}: sweeps.{name}.workloads: unknown workload "
+                    f"{w!r} (defined: {', '.join(sorted(self.workloads))})"
+                )
+        return sweep
+
+
+def _lookup(table: dict, name: str, kind: str, path: Path):
+    if name not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise SuiteError(f"unknown {kind} {name!r} (defined in {path}: {known})")
+    return table[name]
+
+
+def default_suites_dir() -> Path:
+    """$AVBENCH_SUITES, else ./suites, else the suites/ beside the package (editable install)."""
+    env = os.environ.get("AVBENCH_SUITES")
+    if env:
+        return Path(env)
+    cwd = Path.cwd() / "suites"
+    if (cwd / "pairs.toml").exists():
+        return cwd
+    return Path(__file__).resolve().parent.parent / "suites"
+
+
+def _read_toml(path: Path) -> dict:
+    if not path.exists():
+        raise SuiteError(f"{path}: suite file not found")
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _format_validation(path: Path, prefix: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in (prefix, *err["loc"]))
+    got = err.get("input")
+    got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+    more = f" [+{len(exc.errors()) - 1} more]" if len(exc.errors()) > 1 else ""
+    return f"{path}: {loc}: {err['msg']}{got_s}{more}"
+
+
+def _parse_table(path: Path, data: dict, key: str, model: type[BaseModel]) -> dict:
+    table = data.get(key, {})
+    if not isinstance(table, dict):
+        raise SuiteError(f"{path}: {key}: expected a table of named entries")
+    out = {}
+    for name, body in table.items():
+        if not isinstance(body, dict):
+            raise SuiteError(f"{path}: {key}.{name}: expected a table, got {type(body).__name__}")
+        try:
+            out[name] = model.model_validate({"name": name, **body})
+        except ValidationError as exc:
+            raise SuiteError(_format_validation(path, f"{key}.{name}", exc)) from None
+    unknown = set(data) - {key}
+    if unknown:
+        raise SuiteError(f"{path}: unknown top-level key(s) {sorted(unknown)}; expected [{key}.<name>]")
+    return out
+
+
+def load_suite(root: Path | None = None) -> Suite:
+    root = Path(root) if root else default_suites_dir()
+    pairs = _parse_table(root / "pairs.toml", _read_toml(root / "pairs.toml"), "pairs", Pair)
+    workloads = _parse_table(
+        root / "workloads.toml", _read_toml(root / "workloads.toml"), "workloads", WorkloadSpec
+    )
+    sweeps = _parse_table(root / "sweeps.toml", _read_toml(root / "sweeps.toml"), "sweeps", Sweep)
+    for p in pairs.values():
+        if p.default_sweep not in sweeps:
+            raise SuiteError(
+                f"{root / 'pairs.toml'}: pairs.{p.name}.default_sweep: unknown sweep "
+                f"{p.default_sweep!r} (defined: {', '.join(sorted(sweeps))})"
+            )
+    return Suite(pairs=pairs, workloads=workloads, sweeps=sweeps, root=root)

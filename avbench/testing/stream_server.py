@@ -1,0 +1,461 @@
+"""A small, fast OpenAI-style streaming server for tests and client benchmarks only.
+
+It stands in for a vLLM server where the point is the *client*: it speaks the exact streaming
+format vLLM 0.32 sends (role chunk, content chunks, finish chunk, usage chunk, ``[DONE]``, each
+SSE event as one HTTP/1.1 chunk, as uvicorn frames them), emits several tokens per chunk on a
+configured cadence, can inject faults, and logs its own emission times (``time.perf_counter``,
+the same system-wide monotonic clock the client uses) so measured times can be checked.
+
+Written on raw asyncio streams (uvloop when installed) so that it costs far less per chunk than
+any client it serves. Run it with :func:`serve_in_thread` (tests) or :func:`serve_in_subprocess`
+(benchmarks: the server gets its own process and CPU), or ``python -m
+avbench.testing.stream_server``.
+
+Faults (per request): ``http_5xx``, ``http_4xx``, ``cut`` (connection closed mid-stream),
+``stall`` (half the stream, then silence), ``malformed`` (one chunk of broken JSON),
+``slow_first`` (first token after ``slow_first_delay_s``). Chosen by the ``x-fake-fault`` header,
+a ``@fault:<kind>`` marker in the last user message / prompt, the request's arrival index
+(``faults_by_index``) or a seeded probability (``fault_probs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+FAULT_KINDS = ("http_5xx", "http_4xx", "cut", "stall", "malformed", "slow_first")
+_FAULT_MARK = re.compile(r"@fault:([a-z_0-9]+)")
+# Token texts: plain ASCII words so the JSON needs no escaping work per chunk.
+_VOCAB = [f" w{i}" for i in range(97)]
+
+
+@dataclass
+class ServerConfig:
+    model: str = "fake-model"
+    tokens_per_chunk: int = 3
+    output_tokens: int | None = None  # None: the request's max_tokens
+    first_token_delay_s: float = 0.0
+    inter_chunk_delay_s: float = 0.0  # 0: as fast as the loop goes (each chunk still yields)
+    # Explicit schedule, overriding the cadence: [(delay before chunk i, tokens in chunk i)].
+    chunk_script: list[tuple[float, int]] | None = None
+    faults_by_index: dict[int, str] = field(default_factory=dict)
+    fault_probs: dict[str, float] = field(default_factory=dict)
+    fault_seed: int = 0
+    slow_first_delay_s: float = 0.5
+    stall_s: float = 3600.0  # how long a stalled stream stays silent before the server drops it
+    record: bool = True  # keep per-request emission logs (served at GET /_emissions)
+    keep_bodies: bool = False  # keep each request's JSON body in its log (for multi-turn tests)
+
+
+@dataclass
+class Emission:
+    index: int  # arrival order on this server
+    received_at: float  # perf_counter when the request body was complete
+    api: str
+    fault: str | None
+    text_prefix: str  # the unique first token, e.g. "<17>", identifying the response
+    times: list[float] = field(default_factory=list)  # write time of each token-bearing chunk
+    tokens: list[int] = field(default_factory=list)
+    body: dict | None = None
+
+
+class _State:
+    def __init__(self, cfg: ServerConfig):
+        self.cfg = cfg
+        self.count = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.emissions: list[Emission] = []
+        self.rng = random.Random(cfg.fault_seed)
+        self.stop = asyncio.Event()
+
+
+def _choose_fault(st: _State, idx: int, headers: dict[str, str], body: dict) -> str | None:
+    fault = headers.get("x-fake-fault")
+    if fault is None:
+        text = body.get("prompt")
+        if text is None:
+            msgs = body.get("messages") or []
+            text = next((m.get("content") for m in reversed(msgs) if m.get("role") == "user"), "")
+        m = _FAULT_MARK.search(str(text or ""))
+        fault = m.group(1) if m else st.cfg.faults_by_index.get(idx)
+    if fault is None and st.cfg.fault_probs:
+        r = st.rng.random()
+        acc = 0.0
+        for kind, p in st.cfg.fault_probs.items():
+            acc += p
+            if r < acc:
+                fault = kind
+                break
+    return fault
+
+
+def _schedule(cfg: ServerConfig, n_out: int, fault: str | None) -> list[tuple[float, int]]:
+    if cfg.chunk_script is not None:
+        sched = [(float(d), int(n)) for d, n in cfg.chunk_script]
+    else:
+        sched = []
+        left = n_out
+        while left > 0:
+            n = min(cfg.tokens_per_chunk, left)
+            sched.append((cfg.first_token_delay_s if not sched else cfg.inter_chunk_delay_s, n))
+            left -= n
+    if fault == "slow_first" and sched:
+        sched[0] = (cfg.slow_first_delay_s, sched[0][1])
+    return sched
+
+
+def _frame(payload: bytes) -> bytes:
+    # One SSE event = one HTTP chunk, as uvicorn writes vLLM's StreamingResponse.
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _head(rid: str, obj: str, created: int, model: str) -> str:
+    return (
+        f'{{"id":"{rid}","object":"{obj}","created":{created},"model":"{model}",'
+        '"choices":[{"index":0,'
+    )
+
+
+class _Renderer:
+    """Pre-built byte templates of vLLM 0.32's chunk JSON (see the captured fixtures)."""
+
+    def __init__(self, api: str, rid: str, model: str, created: int, token_ids: bool):
+        self.api = api
+        self.token_ids = token_ids
+        if api == "chat":
+            head = _head(f"chatcmpl-{rid}", "chat.completion.chunk", created, model)
+            self.role = (
+                "data: "
+                + head
+                + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],'
+                + '"prompt_token_ids":%s,"prompt_text":null}\n\n'
+            )
+            self.pre = ("data: " + head + '"delta":{"content":"').encode()
+            self.mid = b'"},"logprobs":null,"finish_reason":'
+        else:
+            head = _head(f"cmpl-{rid}", "text_completion", created, model)
+            self.role = None
+            self.pre = ("data: " + head + '"text":"').encode()
+            self.mid = b'","logprobs":null,"finish_reason":'
+        self.usage_head = ("data: " + head.split('"choices"')[0] + '"choices":[],').encode()
+
+    def chunk(self, text: str, ids: list[int], finish: str | None) -> bytes:
+        fin = b"null" if finish is None else b'"%s","stop_reason":null' % finish.encode()
+        if self.api == "completions" and finish is None:
+            fin = b'null,"stop_reason":null,"prompt_token_ids":null'
+        elif self.api == "completions":
+            fin += b',"prompt_token_ids":null'
+        tid = ("[" + ",".join(map(str, ids)) + "]").encode() if self.token_ids else b"null"
+        return self.pre + text.encode() + self.mid + fin + b',"token_ids":' + tid + b"}]}\n\n"
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
+        return (
+            self.usage_head
+            + (
+                f'"usage":{{"prompt_tokens":{prompt_tokens},'
+                f'"total_tokens":{prompt_tokens + completion_tokens},'
+                f'"completion_tokens":{completion_tokens}}},'
+                '"system_fingerprint":"fake-0.32.0"}\n\n'
+            ).encode()
+        )
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict, bytes] | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    n = int(headers.get("content-length", "0"))
+    body = await reader.readexactly(n) if n else b""
+    return method, path, headers, body
+
+
+def _plain(writer: asyncio.StreamWriter, status: int, reason: str, body: bytes) -> None:
+    writer.write(
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (status, reason.encode(), len(body), body)
+    )
+
+
+async def _stream(st: _State, writer: asyncio.StreamWriter, api: str, headers: dict, raw: bytes):
+    cfg = st.cfg
+    body = json.loads(raw)
+    idx = st.count
+    st.count += 1
+    received = time.perf_counter()
+    fault = _choose_fault(st, idx, headers, body)
+    if fault == "http_5xx":
+        _plain(writer, 500, "Internal Server Error", b'{"error":{"message":"injected 5xx"}}')
+        return
+    if fault == "http_4xx":
+        _plain(writer, 400, "Bad Request", b'{"error":{"message":"injected 4xx"}}')
+        return
+    max_tokens = int(body.get("max_tokens") or 16)
+    n_out = cfg.output_tokens if cfg.output_tokens is not None else max_tokens
+    sched = _schedule(cfg, n_out, fault)
+    n_out = sum(n for _, n in sched)
+    want_ids = bool(body.get("return_token_ids"))
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    prompt = body.get("prompt") if api == "completions" else json.dumps(body.get("messages"))
+    prompt_tokens = max(1, len(str(prompt)) // 4)
+    em = Emission(idx, received, api, fault, f"<{idx}>", body=body if cfg.keep_bodies else None)
+    if cfg.record:
+        st.emissions.append(em)
+    r = _Renderer(api, f"{idx:016x}", cfg.model, int(time.time()), want_ids)
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+        b"transfer-encoding: chunked\r\n\r\n"
+    )
+    if r.role is not None:
+        pids = "[" + ",".join(["1"] * prompt_tokens) + "]" if want_ids else "null"
+        writer.write(_frame((r.role % pids).encode()))
+    cut_at = len(sched) // 2 if fault in ("cut", "stall", "malformed") else -1
+    transport = writer.transport
+    t_next = time.perf_counter()
+    tok = 0
+    for i, (delay, n) in enumerate(sched):
+        if i == cut_at:
+            if fault == "cut":
+                transport.abort()  # no terminating chunk: the client sees the stream end early
+                return
+            if fault == "stall":
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(st.stop.wait(), cfg.stall_s)
+                transport.abort()
+                return
+            if fault == "malformed":
+                writer.write(_frame(b'data: {"id":"broken","choices":[{"delta":{"content":"x\n\n'))
+        # Absolute schedule so that write/loop costs do not accumulate into drift.
+        t_next += delay
+        wait = t_next - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        else:
+            await asyncio.sleep(0)  # yield so all streams interleave, like engine steps
+        if i == 0:
+            text = em.text_prefix + "".join(_VOCAB[(idx + k) % 97] for k in range(1, n))
+        else:
+            text = "".join(_VOCAB[(idx + tok + k) % 97] for k in range(n))
+        ids = list(range(tok, tok + n))
+        tok += n
+        finish = "length" if i == len(sched) - 1 else None
+        writer.write(_frame(r.chunk(text, ids, finish)))
+        if cfg.record:
+            em.times.append(time.perf_counter())
+            em.tokens.append(n)
+        if transport.get_write_buffer_size() > 1 << 16:
+            await writer.drain()
+    if include_usage:
+        writer.write(_frame(r.usage(prompt_tokens, n_out)))
+    writer.write(_frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+
+def _make_handler(st: _State):
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                req = await _read_request(reader)
+                if req is None:
+                    break
+                method, path, headers, raw = req
+                if path == "/v1/chat/completions" or path == "/v1/completions":
+                    st.in_flight += 1
+                    st.max_in_flight = max(st.max_in_flight, st.in_flight)
+                    try:
+                        await _stream(
+                            st, writer, "chat" if "chat" in path else "completions", headers, raw
+                        )
+                    finally:
+                        st.in_flight -= 1
+                    if writer.transport.is_closing():
+                        break
+                elif path == "/_emissions":
+                    _plain(
+                        writer, 200, "OK", json.dumps([asdict(e) for e in st.emissions]).encode()
+                    )
+                elif path == "/_stats":
+                    stats = {
+                        "requests": st.count,
+                        "in_flight": st.in_flight,
+                        "max_in_flight": st.max_in_flight,
+                    }
+                    _plain(writer, 200, "OK", json.dumps(stats).encode())
+                elif path == "/_reset":
+                    st.emissions.clear()
+                    st.count = st.max_in_flight = 0
+                    _plain(writer, 200, "OK", b"{}")
+                elif path in ("/health", "/v1/models"):
+                    models = {"object": "list", "data": [{"id": st.cfg.model, "object": "model"}]}
+                    _plain(writer, 200, "OK", json.dumps(models).encode())
+                else:
+                    _plain(writer, 404, "Not Found", b'{"error":"not found"}')
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.transport.abort()
+
+    return handle
+
+
+class RunningServer:
+    """Handle on a started server: its URL and (in-thread) its live state."""
+
+    def __init__(self, port: int, state: _State | None = None, proc=None):
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}"
+        self._state = state
+        self.proc = proc
+
+    def _get(self, path: str):
+        import httpx
+
+        return httpx.get(self.base_url + path, timeout=30).json()
+
+    def emissions(self) -> list[dict]:
+        return self._get("/_emissions")
+
+    def stats(self) -> dict:
+        return self._get("/_stats")
+
+    def reset(self) -> None:
+        self._get("/_reset")
+
+
+async def _serve(cfg: ServerConfig, host: str, port: int, ready) -> None:
+    st = _State(cfg)
+    server = await asyncio.start_server(
+        _make_handler(st), host, port, backlog=4096, reuse_address=True
+    )
+    ready(server.sockets[0].getsockname()[1], st)
+    async with server:
+        await st.stop.wait()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    cfg: ServerConfig | None = None, host: str = "127.0.0.1"
+) -> Iterator[RunningServer]:
+    """Run the server on its own event loop in a daemon thread (tests)."""
+    cfg = cfg or ServerConfig()
+    loop = _new_loop()
+    box: dict = {}
+    started = threading.Event()
+
+    def ready(port, st):
+        box["port"], box["state"] = port, st
+        started.set()
+
+    def run():
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(_serve(cfg, host, 0, ready))
+        except BaseException as exc:  # surface start-up errors to the caller
+            box["error"] = exc
+            started.set()
+
+    th = threading.Thread(target=run, daemon=True, name="fake-stream-server")
+    th.start()
+    started.wait(10)
+    if "error" in box:
+        raise box["error"]
+    try:
+        yield RunningServer(box["port"], box["state"])
+    finally:
+        loop.call_soon_threadsafe(box["state"].stop.set)
+        th.join(10)
+
+
+@contextlib.contextmanager
+def serve_in_subprocess(
+    cfg: ServerConfig | None = None, cpus: Sequence[int] | None = None
+) -> Iterator[RunningServer]:
+    """Run the server in its own process group (optionally pinned to ``cpus``); killed on exit."""
+    cfg = cfg or ServerConfig()
+    cmd = [
+        sys.executable,
+        "-m",
+        "avbench.testing.stream_server",
+        "--config-json",
+        json.dumps(asdict(cfg)),
+    ]
+    if cpus is not None:
+        cmd += ["--cpus", ",".join(map(str, cpus))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"fake stream server did not start (got {line!r})")
+        yield RunningServer(int(line.split()[1]), proc=proc)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def _config_from_json(text: str) -> ServerConfig:
+    d = json.loads(text)
+    d["faults_by_index"] = {int(k): v for k, v in d.get("faults_by_index", {}).items()}
+    if d.get("chunk_script") is not None:
+        d["chunk_script"] = [tuple(x) for x in d["chunk_script"]]
+    return ServerConfig(**d)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description="Fake OpenAI-style streaming server (tests/benchmarks)."
+    )
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--config-json", default="{}", help="ServerConfig fields as JSON")
+    ap.add_argument("--cpus", default=None, help="pin to these CPUs, e.g. 1")
+    a = ap.parse_args(argv)
+    if a.cpus:
+        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
+    cfg = _config_from_json(a.config_json)
+    loop = _new_loop()
+    asyncio.set_event_loop(loop)
+
+    def ready(port, st):
+        print(f"PORT {port}", flush=True)
+        loop.add_signal_handler(signal.SIGTERM, st.stop.set)
+        loop.add_signal_handler(signal.SIGINT, st.stop.set)
+
+    loop.run_until_complete(_serve(cfg, a.host, a.port, ready))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Workloads: prompt sets loaded from local files or the Hugging Face hub."""

