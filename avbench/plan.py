@@ -72,7 +72,9 @@ def arms_for(pair: Pair, sweep: Sweep) -> list[Arm]:
 def build_plan(pair: Pair, sweep: Sweep, arms: list[Arm] | None = None) -> list[Cell]:
     arms = arms if arms is not None else arms_for(pair, sweep)
     loads: list[tuple[int | None, float | None]] = (
-        [(None, r) for r in sweep.rates] if sweep.rates else [(c, None) for c in sweep.concurrencies]
+        [(None, r) for r in sweep.rates]
+        if sweep.rates
+        else [(c, None) for c in sweep.concurrencies]
     )
     cells = []
     for repeat in range(sweep.repeats):

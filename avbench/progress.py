@@ -18,17 +18,7 @@ class SweepReporter:
     def arm_started(self, arm: str, detail: str) -> None: ...
     def arm_failed(self, arm: str, reason: str) -> None: ...
     def cell_started(self, cell: Cell) -> None: ...
-    def request_done(self, record: RequestRecord) -> None:
-        if self._task is None:
-            return
-        if not record.warmup:
-            self._tokens += sum(record.chunk_tokens)
-        dt = max(time.perf_counter() - self._t0, 1e-9)
-        # The bar counts conversations: a multi-turn one advances on its first turn only.
-        self.progress.update(
-            self._task, advance=1 if record.turn == 0 else 0, tok_s=f"{self._tokens / dt:.0f}"
-        )
-
+    def request_done(self, record: RequestRecord) -> None: ...
     def cell_finished(self, cell: Cell, row: dict) -> None: ...
     def cell_failed(self, cell: Cell, reason: str) -> None: ...
     def close(self) -> None: ...
@@ -42,9 +32,11 @@ def cell_summary(row: dict) -> str:
     pos = [row[f"accept_pos_{i}"] for i in range(64) if row.get(f"accept_pos_{i}") is not None]
     acc = ""
     if row.get("acceptance_length") is not None:
-        acc = f" | accept len {row['acceptance_length']:.2f} per-pos [" + ", ".join(
-            f"{p:.2f}" for p in pos
-        ) + "]"
+        acc = (
+            f" | accept len {row['acceptance_length']:.2f} per-pos ["
+            + ", ".join(f"{p:.2f}" for p in pos)
+            + "]"
+        )
     fails = row.get("requests_failed") or 0
     return (
         f"{row.get('output_tok_s') and round(row['output_tok_s'], 1)} tok/s | "
@@ -83,18 +75,21 @@ class RichReporter(SweepReporter):
         load = f"c={cell.concurrency}" if cell.rate is None else f"rate={cell.rate:g}/s"
         self._t0, self._tokens = time.perf_counter(), 0
         self._task = self.progress.add_task(
-            f"{cell.arm} · {cell.workload} · {load}", total=cell.num_requests + cell.warmup, tok_s="-"
+            f"{cell.arm} · {cell.workload} · {load}",
+            total=cell.num_requests + cell.warmup,
+            tok_s="-",
         )
 
     def request_done(self, record: RequestRecord) -> None:
-        if self._task is None or record.turn > 0:
-            if self._task is not None and not record.warmup:
-                self._tokens += sum(record.chunk_tokens)
+        if self._task is None:
             return
         if not record.warmup:
             self._tokens += sum(record.chunk_tokens)
         dt = max(time.perf_counter() - self._t0, 1e-9)
-        self.progress.update(self._task, advance=1, tok_s=f"{self._tokens / dt:.0f}")
+        # The bar counts conversations: a multi-turn one advances on its first turn only.
+        self.progress.update(
+            self._task, advance=1 if record.turn == 0 else 0, tok_s=f"{self._tokens / dt:.0f}"
+        )
 
     def cell_finished(self, cell: Cell, row: dict) -> None:
         if self._task is not None:
@@ -115,7 +110,16 @@ class RichReporter(SweepReporter):
 
 def summary_table(rows: list[dict]) -> Table:
     table = Table(title="cells")
-    for col in ("arm", "workload", "load", "tok/s", "tok/s/GPU", "TPOT p50 ms", "accept len", "per-position"):
+    for col in (
+        "arm",
+        "workload",
+        "load",
+        "tok/s",
+        "tok/s/GPU",
+        "TPOT p50 ms",
+        "accept len",
+        "per-position",
+    ):
         table.add_column(col)
     for r in rows:
         pos = [r.get(f"accept_pos_{i}") for i in range(64)]

@@ -18,7 +18,9 @@ class RequestRecord:
     sent_at: float = 0.0  # when the request was actually written to the connection
     ttft: float | None = None  # sent -> first content token (s)
     e2e: float | None = None  # sent -> last byte (s)
-    chunk_times: list[float] = field(default_factory=list)  # arrival offsets of token-bearing chunks
+    chunk_times: list[float] = field(
+        default_factory=list
+    )  # arrival offsets of token-bearing chunks
     chunk_tokens: list[int] = field(default_factory=list)  # tokens carried by each such chunk
     prompt_tokens: int | None = None  # from the server's usage
     completion_tokens: int | None = None  # from the server's usage
@@ -26,7 +28,9 @@ class RequestRecord:
     finish_reason: str | None = None
     error: str | None = None  # None when the request succeeded
     error_kind: str | None = None  # http_4xx, http_5xx, timeout, stream_cut, malformed, connect
-    prompt_text: str = ""  # last user message sent (for checks such as MT-Bench turn 2)
+    prompt_text: str = ""  # last user message sent
+    # The whole conversation sent as JSON messages (MT-Bench turn 2 carries turn 1's answer).
+    prompt_messages: str = ""
     output_text: str = ""
 
     @property

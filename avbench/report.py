@@ -54,7 +54,10 @@ def write_report(store: RunStore, out: Path | None = None) -> Path:
     agg = _aggregate(cells)
     workloads = list(dict.fromkeys(agg["workload"]))
     fig = make_subplots(
-        rows=len(workloads), cols=1, subplot_titles=workloads, vertical_spacing=0.08 / len(workloads)
+        rows=len(workloads),
+        cols=1,
+        subplot_titles=workloads,
+        vertical_spacing=0.08 / len(workloads),
     )
     arms = list(dict.fromkeys(cells["arm"]))
     palette = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692"]
@@ -92,7 +95,9 @@ def write_report(store: RunStore, out: Path | None = None) -> Path:
                 row=wi,
                 col=1,
             )
-        fig.update_xaxes(title_text="interactivity (tok/s/user = 1000 / median TPOT ms)", row=wi, col=1)
+        fig.update_xaxes(
+            title_text="interactivity (tok/s/user = 1000 / median TPOT ms)", row=wi, col=1
+        )
         fig.update_yaxes(title_text="output tok/s per GPU", row=wi, col=1)
     pair = manifest.get("pair", {}).get("name", "?")
     fig.update_layout(
@@ -104,7 +109,8 @@ def write_report(store: RunStore, out: Path | None = None) -> Path:
     fail_html = ""
     if failures:
         items = "".join(
-            f"<li><code>{f['cell_id']}</code>: {_esc(f['reason'].splitlines()[0])}</li>" for f in failures
+            f"<li><code>{f['cell_id']}</code>: {_esc(f['reason'].splitlines()[0])}</li>"
+            for f in failures
         )
         fail_html = f"<h2>Cells not measured</h2><ul>{items}</ul>"
     table = agg.rename(

@@ -7,6 +7,7 @@ server group before the exception leaves; --resume reruns only what did not fini
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import signal
 import sys
@@ -19,7 +20,7 @@ from pydantic import SecretStr
 
 from avbench.errors import AvbenchError, ServerError, UnsupportedArm
 from avbench.loadgen.config import EndpointConfig, SamplingParams
-from avbench.plan import Arm, Cell, arms_for, build_plan
+from avbench.plan import Arm, Cell, build_plan
 from avbench.progress import SweepReporter
 from avbench.server import (
     ServerProcess,
@@ -32,7 +33,7 @@ from avbench.server import (
     require_vllm,
 )
 from avbench.store import RunStore, git_commit, host_info, new_run_id, utcnow, versions
-from avbench.suite import Pair, Suite, Sweep
+from avbench.suite import Pair, Sweep
 from avbench.workloads.base import Conversation
 from avbench.workloads.spec import WorkloadSpec
 
@@ -83,9 +84,7 @@ def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> Sw
         "endpoint": opts.endpoint,
         "pair": opts.pair.model_dump(mode="json"),
         "sweep": opts.sweep.model_dump(mode="json"),
-        "workloads": {
-            w: opts.workloads[w].model_dump(mode="json") for w in opts.sweep.workloads
-        },
+        "workloads": {w: opts.workloads[w].model_dump(mode="json") for w in opts.sweep.workloads},
         "arms": _describe_arms(opts, plan, install, secrets),
         "plan": [c.to_dict() for c in plan],
         "gpus_per_server": _gpus(opts),
@@ -149,7 +148,9 @@ def _describe_arms(opts, plan, install, secrets) -> list[dict]:
         if opts.endpoint:
             d["endpoint"] = opts.endpoint
         else:
-            cmd = build_command(opts.pair, arm, port=opts.port, host=opts.host, python=opts.vllm_python)
+            cmd = build_command(
+                opts.pair, arm, port=opts.port, host=opts.host, python=opts.vllm_python
+            )
             env = build_env(opts.pair, arm, None)
             d["command"] = [redact(x, secrets) for x in cmd]
             d["env"] = env | ({"VLLM_API_KEY": "***"} if secrets else {})
@@ -187,7 +188,17 @@ def _execute(
             todo = [c for c in cells if c.id not in finished]
             outcome.skipped += len(cells) - len(todo)
             if todo:
-                _run_arm(store, opts, Arm.parse(arm_name), todo, install, workloads, secrets, reporter, outcome)
+                _run_arm(
+                    store,
+                    opts,
+                    Arm.parse(arm_name),
+                    todo,
+                    install,
+                    workloads,
+                    secrets,
+                    reporter,
+                    outcome,
+                )
     except KeyboardInterrupt:
         store.update_manifest(status="interrupted", ended_at=utcnow())
         raise
@@ -242,7 +253,16 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
             _fail_cells(store, cells, reason, "server", reporter, outcome)
             return
         _run_cells(
-            store, opts, arm, cells, server.base_url, pair.model_name, server, workloads, reporter, outcome
+            store,
+            opts,
+            arm,
+            cells,
+            server.base_url,
+            pair.model_name,
+            server,
+            workloads,
+            reporter,
+            outcome,
         )
     finally:
         server.stop()
@@ -258,10 +278,14 @@ def _discover_model(base_url: str, headers: dict) -> str:
         r.raise_for_status()
         return r.json()["data"][0]["id"]
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-        raise ServerError(f"{base_url}/v1/models: cannot discover the served model ({exc})") from None
+        raise ServerError(
+            f"{base_url}/v1/models: cannot discover the served model ({exc})"
+        ) from None
 
 
-def _run_cells(store, opts, arm, cells, base_url, model, server, workloads, reporter, outcome) -> None:
+def _run_cells(
+    store, opts, arm, cells, base_url, model, server, workloads, reporter, outcome
+) -> None:
     for i, cell in enumerate(cells):
         if server is not None and not server.alive():
             reason = "vLLM server died during the arm; last log lines:\n" + server.log_tail()
@@ -304,15 +328,7 @@ class _WorkloadCache:
             self._loaded[name] = loaded
             m = self.store.read_manifest()
             sources = m.get("workload_sources") or {}
-            sources[name] = {
-                "origin": loaded.source.origin,
-                "sha256": loaded.source.sha256,
-                "rows": loaded.source.rows,
-                "conversations": len(loaded.conversations),
-                "dropped_over_input_cap": loaded.truncated,
-                "token_counter": loaded.token_counter,
-                "api": spec.api,
-            }
+            sources[name] = loaded.manifest()
             self.store.update_manifest(workload_sources=sources)
         return self._loaded[name]
 
@@ -335,7 +351,9 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> di
     warm, measured = select_conversations(loaded.conversations, cell.warmup, cell.num_requests)
     sampling: SamplingParams = opts.sweep.sampling
     if opts.pair.chat_template_kwargs and sampling.chat_template_kwargs is None:
-        sampling = sampling.model_copy(update={"chat_template_kwargs": opts.pair.chat_template_kwargs})
+        sampling = sampling.model_copy(
+            update={"chat_template_kwargs": opts.pair.chat_template_kwargs}
+        )
     endpoint = EndpointConfig(
         base_url=base_url,
         model=model,
@@ -398,6 +416,10 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> di
         "chat_template_kwargs": sampling.chat_template_kwargs,
         "api": spec.api,
         "conversations_cycled": cell.num_requests + cell.warmup > len(loaded.conversations),
+        # Same hash in every arm's cell = the same prompts in the same order.
+        "prompts_sha256": hashlib.sha256(
+            "\n".join(c.id for c in warm + measured).encode()
+        ).hexdigest(),
         "per_position_note": (
             "unconditional accepted/drafts; under AV 'not accepted' mixes trimmed and rejected"
             if arm.kind == "av"
@@ -405,5 +427,6 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> di
         ),
     }
     row |= metrics.values
+    row["metric_notes"] = list(metrics.notes) or None
     store.write_cell(row, records, scrapes)
     return row

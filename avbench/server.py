@@ -71,7 +71,9 @@ def probe_vllm(python: str = sys.executable) -> VllmInstall:
             [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
         )
     except (FileNotFoundError, PermissionError) as exc:
-        raise ServerError(f"cannot run Python interpreter {python!r} to launch vLLM: {exc}") from None
+        raise ServerError(
+            f"cannot run Python interpreter {python!r} to launch vLLM: {exc}"
+        ) from None
     if res.returncode != 0:
         raise ServerError(f"probing vLLM with {python!r} failed: {res.stderr.strip()[-300:]}")
     info = json.loads(res.stdout.strip().splitlines()[-1])

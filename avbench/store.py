@@ -96,6 +96,7 @@ _RECORD_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("error_kind", pa.string()),
         ("prompt_text", pa.string()),
+        ("prompt_messages", pa.string()),
         ("output_text", pa.string()),
     ]
 )
@@ -221,7 +222,9 @@ def host_info() -> dict:
                 break
     except OSError:
         pass
-    gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
+    gpus = _run(
+        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+    )
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

@@ -175,7 +175,9 @@ def _parse_table(path: Path, data: dict, key: str, model: type[BaseModel]) -> di
             raise SuiteError(_format_validation(path, f"{key}.{name}", exc)) from None
     unknown = set(data) - {key}
     if unknown:
-        raise SuiteError(f"{path}: unknown top-level key(s) {sorted(unknown)}; expected [{key}.<name>]")
+        raise SuiteError(
+            f"{path}: unknown top-level key(s) {sorted(unknown)}; expected [{key}.<name>]"
+        )
     return out
 
 

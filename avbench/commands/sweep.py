@@ -12,7 +12,8 @@ import typer
 from avbench.errors import AvbenchError
 
 SuitesOpt = Annotated[
-    Path | None, typer.Option("--suites", help="Suite directory (default: ./suites or $AVBENCH_SUITES)")
+    Path | None,
+    typer.Option("--suites", help="Suite directory (default: ./suites or $AVBENCH_SUITES)"),
 ]
 
 
@@ -36,8 +37,13 @@ def pairs(suites: SuitesOpt = None) -> None:
         t.add_column(col)
     for p in suite.pairs.values():
         t.add_row(
-            p.name, p.target, p.drafter or "(in target)", p.method, str(p.max_k),
-            str(p.gpus_per_server), p.description,
+            p.name,
+            p.target,
+            p.drafter or "(in target)",
+            p.method,
+            str(p.max_k),
+            str(p.gpus_per_server),
+            p.description,
         )
     Console().print(t)
 
@@ -77,7 +83,9 @@ def _csv_ints(v: str | None) -> list[int] | None:
 
 def plan(
     pair: Annotated[str, typer.Option("--pair", help="Pair id (see `avbench pairs`)")],
-    sweep: Annotated[str | None, typer.Option("--sweep", help="Sweep id (default: the pair's)")] = None,
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", help="Sweep id (default: the pair's)")
+    ] = None,
     suites: SuitesOpt = None,
     workloads: Annotated[str | None, typer.Option(help="Comma-separated workload ids")] = None,
     concurrencies: Annotated[str | None, typer.Option(help="e.g. 1,4,16")] = None,
@@ -96,13 +104,17 @@ def plan(
     }
     _, p, s = _resolve(suites, pair, sweep, overrides)
     cells = build_plan(p, s)
-    t = Table(title=f"plan: pair {p.name}, sweep {s.name}: {len(cells)} cells, arms "
-              + ", ".join(a.name for a in arms_for(p, s)))
+    t = Table(
+        title=f"plan: pair {p.name}, sweep {s.name}: {len(cells)} cells, arms "
+        + ", ".join(a.name for a in arms_for(p, s))
+    )
     for col in ("#", "arm", "workload", "load", "requests", "warmup", "repeat"):
         t.add_column(col)
     for i, c in enumerate(cells):
         load = f"c={c.concurrency}" if c.rate is None else f"{c.rate:g} req/s"
-        t.add_row(str(i), c.arm, c.workload, load, str(c.num_requests), str(c.warmup), str(c.repeat))
+        t.add_row(
+            str(i), c.arm, c.workload, load, str(c.num_requests), str(c.warmup), str(c.repeat)
+        )
     Console().print(t)
     smp = s.sampling
     Console().print(
@@ -112,10 +124,16 @@ def plan(
 
 
 def sweep(
-    pair: Annotated[str | None, typer.Option("--pair", help="Pair id (see `avbench pairs`)")] = None,
-    sweep: Annotated[str | None, typer.Option("--sweep", help="Sweep id (default: the pair's)")] = None,
+    pair: Annotated[
+        str | None, typer.Option("--pair", help="Pair id (see `avbench pairs`)")
+    ] = None,
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", help="Sweep id (default: the pair's)")
+    ] = None,
     suites: SuitesOpt = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Run directory to complete")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Run directory to complete")
+    ] = None,
     results: Annotated[Path, typer.Option("--results", help="Results directory")] = Path("results"),
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     port: Annotated[int, typer.Option(help="Port for the launched vLLM server")] = 8000,
@@ -125,14 +143,18 @@ def sweep(
     arm: Annotated[
         str, typer.Option(help="With --endpoint: what the server runs (baseline, static-k3, av-k8)")
     ] = "",
-    gpus: Annotated[int | None, typer.Option(help="With --endpoint: GPUs behind the server")] = None,
+    gpus: Annotated[
+        int | None, typer.Option(help="With --endpoint: GPUs behind the server")
+    ] = None,
     api_key: Annotated[
         str | None, typer.Option("--api-key", help="API key (or OPENAI_API_KEY); never stored")
     ] = None,
     workloads: Annotated[str | None, typer.Option(help="Comma-separated workload ids")] = None,
     concurrencies: Annotated[str | None, typer.Option(help="e.g. 1,4,16")] = None,
     k_values: Annotated[str | None, typer.Option("--k", help="Static K list, e.g. 1,3")] = None,
-    arms: Annotated[str | None, typer.Option(help="Arm kinds to run, e.g. baseline,static,av")] = None,
+    arms: Annotated[
+        str | None, typer.Option(help="Arm kinds to run, e.g. baseline,static,av")
+    ] = None,
     warmup: Annotated[int | None, typer.Option(help="Warmup conversations per cell")] = None,
     requests: Annotated[
         int | None, typer.Option(help="Minimum measured conversations per cell")
@@ -163,8 +185,12 @@ def sweep(
         if resume is not None:
             outcome = resume_sweep(
                 resume,
-                {"api_key": secret, "vllm_python": python, "port": port,
-                 "ready_timeout_s": ready_timeout},
+                {
+                    "api_key": secret,
+                    "vllm_python": python,
+                    "port": port,
+                    "ready_timeout_s": ready_timeout,
+                },
                 reporter,
             )
         else:
@@ -190,14 +216,25 @@ def sweep(
                 except ValueError as exc:
                     raise AvbenchError(f"--arm: {exc}") from None
             opts = SweepOptions(
-                pair=p, sweep=s, workloads=suite.workloads, results_dir=results, run_id=run_id,
-                port=port, endpoint=endpoint, attach_arm=attach_arm, attach_gpus=gpus,
-                api_key=secret, vllm_python=python, ready_timeout_s=ready_timeout,
+                pair=p,
+                sweep=s,
+                workloads=suite.workloads,
+                results_dir=results,
+                run_id=run_id,
+                port=port,
+                endpoint=endpoint,
+                attach_arm=attach_arm,
+                attach_gpus=gpus,
+                api_key=secret,
+                vllm_python=python,
+                ready_timeout_s=ready_timeout,
             )
             outcome = start_sweep(opts, reporter)
     except KeyboardInterrupt:
         reporter.close()
-        console.print("[yellow]interrupted[/]: servers stopped; finish the run with --resume RUN_DIR")
+        console.print(
+            "[yellow]interrupted[/]: servers stopped; finish the run with --resume RUN_DIR"
+        )
         raise typer.Exit(130) from None
     rows = list(outcome.store.finished_cells().values())
     console.print(summary_table(rows))

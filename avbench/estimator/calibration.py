@@ -68,7 +68,9 @@ def log_loss(y: np.ndarray, p: np.ndarray, w: np.ndarray | None = None) -> float
 def bin_index(p: np.ndarray, n_bins: int = DEFAULT_BINS) -> np.ndarray:
     """Equal-width bins on [0, 1]: [0, 1/n), ..., [(n-1)/n, 1]; edges from linspace."""
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    return np.clip(np.searchsorted(edges, np.asarray(p, dtype=np.float64), side="right") - 1, 0, n_bins - 1)
+    return np.clip(
+        np.searchsorted(edges, np.asarray(p, dtype=np.float64), side="right") - 1, 0, n_bins - 1
+    )
 
 
 def ece(
@@ -167,5 +169,7 @@ def compare(
         reps["ece"][i] = ece(y, pa_, n_bins, w) - ece(y, pb, n_bins, w)
     alpha = (1.0 - level) / 2.0
     lo = {k: float(np.nanquantile(v, alpha)) if n_boot else float("nan") for k, v in reps.items()}
-    hi = {k: float(np.nanquantile(v, 1 - alpha)) if n_boot else float("nan") for k, v in reps.items()}
+    hi = {
+        k: float(np.nanquantile(v, 1 - alpha)) if n_boot else float("nan") for k, v in reps.items()
+    }
     return Comparison(ma, mb, diff, lo, hi, n_boot, level, n_cl)

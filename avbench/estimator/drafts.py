@@ -62,6 +62,7 @@ ESTIMATOR_SCHEMA = pa.schema(
         pa.field("beta", pa.float64(), nullable=False),
         pa.field("n", pa.int64(), nullable=False),  # labels at this position in the round
         pa.field("applied", pa.bool_(), nullable=False),
+        pa.field("reason", pa.string(), nullable=True),  # why a refit was dropped, else null
     ]
 )
 
@@ -72,7 +73,9 @@ def _fail(source: str, field: str, what: str) -> DraftsError:
     return DraftsError(f"{source}: field '{field}': {what}")
 
 
-def validate_drafts(df: pd.DataFrame, source: str = "drafts", structure: bool = True) -> pd.DataFrame:
+def validate_drafts(
+    df: pd.DataFrame, source: str = "drafts", structure: bool = True
+) -> pd.DataFrame:
     """Check columns, types and value ranges; return the frame cast to the schema's dtypes.
 
     With ``structure`` also check that every (request, step) holds positions 1..n with label 0
@@ -83,12 +86,22 @@ def validate_drafts(df: pd.DataFrame, source: str = "drafts", structure: bool = 
             raise _fail(source, fld.name, "missing column")
         if not fld.nullable and df[fld.name].isna().any():
             raise _fail(source, fld.name, "null values in a required column")
-    out = df[[f.name for f in DRAFT_SCHEMA]].copy()
+    out = df[[f.name for f in DRAFT_SCHEMA]]  # copy-on-write: columns are copied only if cast
     for name in ("step", "position", "label"):
         col = out[name].to_numpy()
         if not np.issubdtype(col.dtype, np.integer):
             raise _fail(source, name, f"expected integers, got {col.dtype}")
-    for name in ("q_max", "logit_q_max", "q_sampled", "entropy", "estimator_pred", "head_score", "temperature"):
+    for name in (
+        "q_max",
+        "logit_q_max",
+        "q_sampled",
+        "entropy",
+        "estimator_pred",
+        "head_score",
+        "temperature",
+    ):
+        if out[name].dtype == np.float64:
+            continue
         try:
             out[name] = out[name].astype(np.float64)
         except (TypeError, ValueError) as exc:
@@ -114,9 +127,9 @@ def validate_drafts(df: pd.DataFrame, source: str = "drafts", structure: bool = 
         raise _fail(source, "temperature", "expected temperature >= 0")
     if structure and len(out):
         _check_prefix_structure(out, source)
-    out["step"] = out["step"].astype(np.int64)
-    out["position"] = out["position"].astype(np.int16)
-    out["label"] = out["label"].astype(np.int8)
+    for name, dt in (("step", np.int64), ("position", np.int16), ("label", np.int8)):
+        if out[name].dtype != dt:
+            out[name] = out[name].astype(dt)
     return out
 
 
@@ -132,15 +145,21 @@ def _check_prefix_structure(df: pd.DataFrame, source: str) -> None:
     idx = np.arange(len(g))
     first = np.maximum.accumulate(np.where(start, idx, 0))
     if not np.array_equal(p, idx - first + 1):
-        raise _fail(source, "position", "each (request, step) must hold positions 1..n without gaps")
+        raise _fail(
+            source, "position", "each (request, step) must hold positions 1..n without gaps"
+        )
     end = np.ones(len(g), dtype=bool)
     end[:-1] = start[1:]
     if ((y == 0) & ~end).any():
-        raise _fail(source, "label", "a rejected draft (0) must be the last labeled draft of its step")
+        raise _fail(
+            source, "label", "a rejected draft (0) must be the last labeled draft of its step"
+        )
 
 
 def to_table(df: pd.DataFrame) -> pa.Table:
-    return pa.Table.from_pandas(df[[f.name for f in DRAFT_SCHEMA]], schema=DRAFT_SCHEMA, preserve_index=False)
+    return pa.Table.from_pandas(
+        df[[f.name for f in DRAFT_SCHEMA]], schema=DRAFT_SCHEMA, preserve_index=False
+    )
 
 
 def write_drafts(df: pd.DataFrame, path: Path) -> Path:
@@ -156,9 +175,10 @@ def write_drafts(df: pd.DataFrame, path: Path) -> Path:
 def read_drafts(path: Path, structure: bool = False) -> pd.DataFrame:
     try:
         table = pq.read_table(path)
+        df = table.to_pandas(strings_to_categorical=True)  # ids repeat: categories save memory
     except (OSError, pa.ArrowInvalid) as exc:
         raise DraftsError(f"{path}: not a readable parquet file ({exc})") from None
-    return validate_drafts(table.to_pandas(), str(path), structure=structure)
+    return validate_drafts(df, str(path), structure=structure)
 
 
 def write_estimator_log(df: pd.DataFrame, path: Path) -> Path:
@@ -197,5 +217,7 @@ def find_files(sources: Iterable[Path], suffix: str) -> list[Path]:
         elif src.is_dir():
             found.extend(sorted(p for p in src.rglob(f"*{suffix}") if p.is_file()))
         else:
-            raise DraftsError(f"{src}: no such file or directory (expected a run directory or {suffix} file)")
+            raise DraftsError(
+                f"{src}: no such file or directory (expected a run directory or {suffix} file)"
+            )
     return found

@@ -27,7 +27,9 @@ def _logit(q: np.ndarray) -> np.ndarray:
 def _gumbel(q: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         v = -np.log(-np.log(np.asarray(q, dtype=np.float64)))
-    return np.clip(np.nan_to_num(v, nan=-F_CLAMP, posinf=F_CLAMP, neginf=-F_CLAMP), -F_CLAMP, F_CLAMP)
+    return np.clip(
+        np.nan_to_num(v, nan=-F_CLAMP, posinf=F_CLAMP, neginf=-F_CLAMP), -F_CLAMP, F_CLAMP
+    )
 
 
 def _entropy(q: np.ndarray) -> np.ndarray:
@@ -62,7 +64,8 @@ def _f(df: pd.DataFrame) -> np.ndarray:
 
 def _head(df: pd.DataFrame) -> np.ndarray | None:
     h = df["head_score"].to_numpy(dtype=np.float64)
-    return None if np.isnan(h).any() else h
+    # NaN where a draft has no head score (a pair without a head): callers mask those rows.
+    return None if np.isnan(h).all() else h
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -118,7 +121,7 @@ GROUP_KEYS = ["run_id", "pair_id", "workload_id"]
 
 
 def fitted_predictions(
-    df: pd.DataFrame, raw: np.ndarray, round_steps: int = 100
+    df: pd.DataFrame, raw: np.ndarray, round_steps: int = 100, negative_slope: str = "drop"
 ) -> tuple[np.ndarray, dict[tuple[str, str, str], object]]:
     """Prequential online-estimator predictions for one raw feature, one estimator per
     (run, pair, workload) stream. Returns predictions in row order and replay results by group."""
@@ -127,7 +130,7 @@ def fitted_predictions(
     if len(df) == 0:
         return pred, results
     k = int(df["position"].max())
-    cfg = EstimatorConfig(num_positions=k, round_steps=round_steps)
+    cfg = EstimatorConfig(num_positions=k, round_steps=round_steps, negative_slope=negative_slope)
     codes = df.groupby(GROUP_KEYS, sort=True, observed=True).ngroup().to_numpy()
     step = df["step"].to_numpy()
     pos0 = df["position"].to_numpy().astype(np.int64) - 1
@@ -145,9 +148,7 @@ def fitted_predictions(
     return pred, results
 
 
-def predictions(
-    df: pd.DataFrame, round_steps: int = 100
-) -> dict[str, np.ndarray | None]:
+def predictions(df: pd.DataFrame, round_steps: int = 100) -> dict[str, np.ndarray | None]:
     """Prediction of every feature for every draft (None when the feature is absent)."""
     out: dict[str, np.ndarray | None] = {}
     for feat in FEATURES:

@@ -35,7 +35,9 @@ def output_distribution(p: np.ndarray, q: np.ndarray, trim: np.ndarray) -> np.nd
     return p_trim * p + keep * acc + p_rej * resid
 
 
-def output_distribution_exact(p: list[Fraction], q: list[Fraction], trim: list[bool]) -> list[Fraction]:
+def output_distribution_exact(
+    p: list[Fraction], q: list[Fraction], trim: list[bool]
+) -> list[Fraction]:
     """Same computation in rational arithmetic, for worked examples."""
     v = len(p)
     acc = [min(Fraction(1), p[i] / q[i]) if q[i] > 0 else Fraction(0) for i in range(v)]
@@ -44,9 +46,7 @@ def output_distribution_exact(p: list[Fraction], q: list[Fraction], trim: list[b
     resid = [r / z if z > 0 else Fraction(0) for r in resid]
     p_trim = sum((q[i] for i in range(v) if trim[i]), Fraction(0))
     p_rej = sum((q[i] * (1 - acc[i]) for i in range(v) if not trim[i]), Fraction(0))
-    return [
-        p_trim * p[i] + (0 if trim[i] else q[i] * acc[i]) + p_rej * resid[i] for i in range(v)
-    ]
+    return [p_trim * p[i] + (0 if trim[i] else q[i] * acc[i]) + p_rej * resid[i] for i in range(v)]
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ class LosslessResult:
     trimmed_fraction: float  # share of drafted mass trimmed across cases (the rule did act)
 
 
-def random_pairs(n: int, vocab_sizes: tuple[int, ...], seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def random_pairs(
+    n: int, vocab_sizes: tuple[int, ...], seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Random (p, q) batches: Dirichlet draws from flat to very peaked, per vocabulary size."""
     rng = np.random.default_rng(seed)
     out = []
@@ -104,7 +106,9 @@ def check_rule(
         ss = np.sort(s, axis=-1)
         mids = (ss[:, 1:] + ss[:, :-1]) / 2.0
         qs = np.quantile(s, np.linspace(0.0, 1.0, n_thresholds))
-        thr = np.concatenate([mids, np.broadcast_to(qs, (len(s), n_thresholds)), ss[:, -1:] + 1.0], axis=1)
+        thr = np.concatenate(
+            [mids, np.broadcast_to(qs, (len(s), n_thresholds)), ss[:, -1:] + 1.0], axis=1
+        )
         for j in range(thr.shape[1]):
             trim = s < thr[:, j : j + 1]
             out = output_distribution(p, q, trim)
@@ -123,7 +127,9 @@ def check_features(
     results = []
     for feat in FEATURES:
         if feat.score_of_q is None:
-            results.append(LosslessResult(feat.key, feat.label, None, float("nan"), 0, float("nan")))
+            results.append(
+                LosslessResult(feat.key, feat.label, None, float("nan"), 0, float("nan"))
+            )
             continue
         worst, cases, frac = check_rule(feat.score_of_q, pairs)
         results.append(LosslessResult(feat.key, feat.label, worst <= TOLERANCE, worst, cases, frac))
@@ -151,7 +157,9 @@ def render_check(results: list[LosslessResult]) -> str:
     ]
     for r in results:
         if r.lossless is None:
-            lines.append(f"| {r.label} | yes (by construction; not checkable from p, q) | - | - | - |")
+            lines.append(
+                f"| {r.label} | yes (by construction; not checkable from p, q) | - | - | - |"
+            )
         else:
             lines.append(
                 f"| {r.label} | {'yes' if r.lossless else 'NO'} | {r.max_abs_error:.3g} | {r.cases} | {r.trimmed_fraction:.3f} |"

@@ -11,6 +11,7 @@ A "step" is one engine decode step: every draft verified in that step shares the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -56,6 +57,11 @@ class EstimatorConfig:
     ridge: float = 1e-3  # lambda on the Hessian diagonal (not on the gradient)
     damping: float = 50.0  # step scaled by n / (n + damping)
     clamp: float = F_CLAMP
+    # DESIGN.md §2 drops the whole step when the slope would turn negative ("drop"). Far from
+    # the optimum one Newton step can overshoot below zero every round, and the estimator then
+    # never leaves its cold start; "keep-intercepts" applies the intercept part alone instead
+    # (an avbench variant for study, not vLLM's documented behaviour).
+    negative_slope: Literal["drop", "keep-intercepts"] = "drop"
 
 
 @dataclass(frozen=True)
@@ -91,8 +97,9 @@ def newton_update(
     if not (np.isfinite(d_omega) and np.all(np.isfinite(d_beta))):
         return omega, beta, False, "nan"
     if omega + d_omega < 0.0:
-        # The whole step is dropped, intercepts included: a negative slope would invert the
-        # ranking of drafts, and a half-applied step mixes two different linearisations.
+        # A negative slope would invert the ranking of drafts.
+        if cfg.negative_slope == "keep-intercepts":
+            return omega, beta + d_beta, False, "negative-slope"
         return omega, beta, False, "negative-slope"
     return float(omega + d_omega), beta + d_beta, True, ""
 
@@ -136,7 +143,9 @@ class OnlineEstimator:
         f = np.clip(np.asarray(f, dtype=np.float64), -self.cfg.clamp, self.cfg.clamp)
         return sigmoid(self.omega * f + self.beta[np.asarray(pos)])
 
-    def observe_step(self, f: np.ndarray, pos: np.ndarray, y: np.ndarray, step: int = -1) -> np.ndarray:
+    def observe_step(
+        self, f: np.ndarray, pos: np.ndarray, y: np.ndarray, step: int = -1
+    ) -> np.ndarray:
         """Feed the labeled drafts of one decode step; returns the predictions made for them."""
         f = np.clip(np.asarray(f, dtype=np.float64), -self.cfg.clamp, self.cfg.clamp)
         pos = np.asarray(pos, dtype=np.int64)
@@ -151,7 +160,9 @@ class OnlineEstimator:
     def _refit(self) -> None:
         n = self._sums[5].copy()
         self.omega, self.beta, ok, why = newton_update(self.omega, self.beta, self._sums, self.cfg)
-        self.refits.append(Refit(len(self.refits), self._last_step, self.omega, self.beta.copy(), n, ok, why))
+        self.refits.append(
+            Refit(len(self.refits), self._last_step, self.omega, self.beta.copy(), n, ok, why)
+        )
         self._sums[:] = 0.0
         self._steps = 0
 

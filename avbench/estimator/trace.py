@@ -43,6 +43,7 @@ class TraceConfig:
     max_prompt_tokens: int = 512
     seed: int = 0
     device: str = "cpu"
+    dtype: str = "float32"  # model weights; probabilities are always computed in float32+
 
     def __post_init__(self) -> None:
         if self.num_draft < 1:
@@ -100,6 +101,10 @@ def draft_features(logits, temperature: float) -> dict[str, object]:
 # ----------------------------------------------------------------------------- one step
 
 
+def _device(model):
+    return next(model.parameters()).device
+
+
 def _crop_to(cache, length: int) -> None:
     if cache is None:
         return
@@ -110,8 +115,9 @@ def _crop_to(cache, length: int) -> None:
     cache.crop(-(cur - length))
 
 
-def _forward(model, ids, cache):
-    """Run the model on the tokens the cache does not hold yet; returns (logits, cache)."""
+def _forward(model, ids, cache, keep: int = 1):
+    """Run the model on the tokens the cache does not hold yet; returns the logits of the
+    last ``keep`` positions (the prompt's logits are never needed) and the cache."""
     import torch
     from transformers import DynamicCache
 
@@ -119,8 +125,21 @@ def _forward(model, ids, cache):
         cache = DynamicCache()
     n = cache.get_seq_length()
     with torch.inference_mode():
-        out = model(input_ids=ids[:, n:], past_key_values=cache, use_cache=True)
-    return out.logits, out.past_key_values
+        out = model(
+            input_ids=ids[:, n:], past_key_values=cache, use_cache=True, logits_to_keep=keep
+        )
+    return out.logits[:, -keep:], out.past_key_values
+
+
+def prefix_caches(target, drafter, ids, rows: int) -> tuple:
+    """(target, drafter) caches of ``ids`` (1, L) minus its last token, repeated ``rows`` times:
+    many runs from one context share its prefill."""
+    caches = []
+    for model in (target, drafter):
+        _, cache = _forward(model, ids[:, :-1], None)
+        cache.batch_repeat_interleave(rows)
+        caches.append(cache)
+    return tuple(caches)
 
 
 @dataclass
@@ -134,7 +153,9 @@ class StepResult:
     q_sampled: object
 
 
-def spec_step(target, drafter, ids, cfg: TraceConfig, gen, caches: tuple | None = None) -> tuple[StepResult, tuple]:
+def spec_step(
+    target, drafter, ids, cfg: TraceConfig, gen, caches: tuple | None = None
+) -> tuple[StepResult, tuple]:
     """One speculative decoding step on a batch of equal-length sequences ``ids`` (B, L).
 
     Caches (target, drafter) may cover any prefix of ``ids``; they come back covering the
@@ -159,20 +180,20 @@ def spec_step(target, drafter, ids, cfg: TraceConfig, gen, caches: tuple | None 
             last = logits[:, -1]
     dr = torch.cat(drafts, dim=1)  # (B, K)
     q_all = torch.stack(qdist, dim=1)  # (B, K, V)
-    t_logits, t_cache = _forward(target, torch.cat([ids, dr], dim=1), t_cache)
-    p_all = sampling_probs(t_logits[:, -(k + 1) :], cfg.temperature, cfg.top_p)  # (B, K+1, V)
+    t_logits, t_cache = _forward(target, torch.cat([ids, dr], dim=1), t_cache, keep=k + 1)
+    p_all = sampling_probs(t_logits, cfg.temperature, cfg.top_p)  # (B, K+1, V)
     # q's vocabulary may be padded differently from p's; compare on the shared prefix.
     v = min(p_all.shape[-1], q_all.shape[-1])
     p_all, q_all = p_all[..., :v], q_all[..., :v]
     p_d = p_all[:, :k].gather(-1, dr[..., None])[..., 0]
     q_d = q_all.gather(-1, dr[..., None])[..., 0]
-    u = torch.rand(p_d.shape, generator=gen, dtype=p_d.dtype)
+    u = torch.rand(p_d.shape, generator=gen, dtype=p_d.dtype, device=p_d.device)
     ok = u * q_d < p_d  # u < min(1, p/q) without dividing
     n_acc = ok.long().cumprod(dim=1).sum(dim=1)  # (B,)
     # Resample at the first rejection from norm(max(0, p - q)); after K acceptances the bonus
     # token comes from p_K, i.e. the same formula with q = 0.
     q_ext = torch.cat([q_all, torch.zeros_like(q_all[:, :1])], dim=1)
-    rows = torch.arange(dr.shape[0])
+    rows = torch.arange(dr.shape[0], device=dr.device)
     resid = (p_all[rows, n_acc] - q_ext[rows, n_acc]).clamp_min(0.0)
     z = resid.sum(-1, keepdim=True)
     # p == q leaves no residual mass; the draft is then always accepted, but keep it sane.
@@ -231,16 +252,22 @@ def trace_pair(
 
     if not prompts:
         raise TraceError("no prompts to trace")
-    gen = torch.Generator().manual_seed(cfg.seed)
+    dev = _device(target)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
     eos = set(int(e) for e in eos_token_ids)
     queue = [
-        _Request(f"{ids['workload_id']}/{i}", torch.tensor([list(p)[-cfg.max_prompt_tokens :]]), 0)
+        _Request(
+            f"{ids['workload_id']}/{i}",
+            torch.tensor([list(p)[-cfg.max_prompt_tokens :]], device=dev),
+            0,
+        )
         for i, p in enumerate(prompts)
     ]
     for r in queue:
         r.prompt_len = r.ids.shape[1]
     cols: dict[str, list] = {
-        k: [] for k in ("request_id", "step", "position", "label", "q_max", "f", "q_sampled", "entropy")
+        k: []
+        for k in ("request_id", "step", "position", "label", "q_max", "f", "q_sampled", "entropy")
     }
     active: list[_Request] = []
     step = 0
@@ -263,13 +290,15 @@ def trace_pair(
                 cut = next((i for i, t in enumerate(new) if t in eos), None)
                 if cut is not None:
                     new, r.done = new[: cut + 1], True
-            r.ids = torch.cat([r.ids, torch.tensor([new])], dim=1)
+            r.ids = torch.cat([r.ids, torch.tensor([new], device=dev)], dim=1)
             if r.ids.shape[1] - r.prompt_len >= cfg.max_new_tokens:
                 r.done = True
         active = [r for r in active if not r.done]
         step += 1
         if progress and step % 50 == 0:
-            progress(f"{ids['workload_id']}: step {step}, {len(cols['step'])} labeled drafts, {time.monotonic() - t0:.0f}s")
+            progress(
+                f"{ids['workload_id']}: step {step}, {len(cols['step'])} labeled drafts, {time.monotonic() - t0:.0f}s"
+            )
     n = len(cols["step"])
     df = pd.DataFrame(
         {
@@ -308,7 +337,9 @@ class ChiSquare:
         return self.p_value >= self.alpha
 
 
-def chi_square(counts: np.ndarray, probs: np.ndarray, alpha: float = 0.01, min_expected: float = 5.0) -> ChiSquare:
+def chi_square(
+    counts: np.ndarray, probs: np.ndarray, alpha: float = 0.01, min_expected: float = 5.0
+) -> ChiSquare:
     """Pearson goodness of fit; categories with expected count < ``min_expected`` are pooled."""
     from scipy.stats import chi2
 
@@ -340,49 +371,71 @@ class DistributionTest:
         return self.first.passed and self.second.passed
 
 
-def target_marginals(target, context: Sequence[int], cfg: TraceConfig) -> tuple[np.ndarray, np.ndarray]:
+def target_marginals(
+    target, context: Sequence[int], cfg: TraceConfig
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact distributions of the first and second generated token under the target alone."""
     import torch
 
-    ctx = torch.tensor([list(context)])
-    with torch.inference_mode():
-        p1 = sampling_probs(target(input_ids=ctx).logits[:, -1], cfg.temperature, cfg.top_p)[0]
-        v = p1.shape[-1]
-        batch = torch.cat([ctx.repeat(v, 1), torch.arange(v)[:, None]], dim=1)
-        p2_given = sampling_probs(target(input_ids=batch).logits[:, -1], cfg.temperature, cfg.top_p)
+    dev = _device(target)
+    ctx = torch.tensor([list(context)], device=dev)
+    logits, cache = _forward(target, ctx, None)
+    p1 = sampling_probs(logits[:, -1], cfg.temperature, cfg.top_p)[0]
+    v = p1.shape[-1]
+    cache.batch_repeat_interleave(v)
+    batch = torch.cat([ctx.repeat(v, 1), torch.arange(v, device=dev)[:, None]], dim=1)
+    logits2, _ = _forward(target, batch, cache)
+    p2_given = sampling_probs(logits2[:, -1], cfg.temperature, cfg.top_p)
     p2 = (p1[:, None] * p2_given).sum(0)
-    return p1.double().numpy(), p2.double().numpy()
+    return p1.double().cpu().numpy(), p2.double().cpu().numpy()
 
 
-def sample_two_tokens(target, drafter, context: Sequence[int], cfg: TraceConfig, trials: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """First two tokens emitted by speculative decoding in ``trials`` independent runs."""
+def sample_two_tokens(
+    target, drafter, context: Sequence[int], cfg: TraceConfig, trials: int, chunk: int = 1024
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """First two tokens emitted by speculative decoding in ``trials`` independent runs.
+
+    Runs go in batches of ``chunk`` rows: (rows x K x vocabulary) probability tensors of a
+    real vocabulary would not fit in memory all at once."""
     import torch
 
-    gen = torch.Generator().manual_seed(cfg.seed)
-    ids = torch.tensor([list(context)]).repeat(trials, 1)
-    res, _ = spec_step(target, drafter, ids, cfg, gen)
-    first = res.final.clone()
-    second = torch.full_like(first, -1)
-    acc = res.n_accepted
-    has1 = acc >= 1
-    first[has1] = res.drafts[has1, 0]
-    has2 = acc >= 2
-    second[has2] = res.drafts[has2, 1]
-    one_more = acc == 1  # emitted exactly two tokens: draft 1 and the final token
-    second[one_more] = res.final[one_more]
-    # Rows that emitted one token continue with a fresh step from context + that token;
-    # rows sharing that token share the context and run as one batch.
-    need = (second < 0).nonzero()[:, 0]
-    for tok in torch.unique(first[need]).tolist():
-        rows = need[first[need] == tok]
-        sub = torch.cat([ids[rows], torch.full((len(rows), 1), tok)], dim=1)
-        r2, _ = spec_step(target, drafter, sub, cfg, gen)
-        second[rows] = torch.where(r2.n_accepted >= 1, r2.drafts[:, 0], r2.final)
-    return first.numpy(), second.numpy(), float(acc.double().mean())
+    dev = _device(target)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+    firsts, seconds, accepted = [], [], []
+    for lo in range(0, trials, chunk):
+        n = min(chunk, trials - lo)
+        ctx = torch.tensor([list(context)], device=dev)
+        ids = ctx.repeat(n, 1)
+        res, _ = spec_step(target, drafter, ids, cfg, gen, prefix_caches(target, drafter, ctx, n))
+        acc = res.n_accepted
+        first = torch.where(acc >= 1, res.drafts[:, 0], res.final)
+        second = torch.full_like(first, -1)
+        has2 = acc >= 2
+        second[has2] = res.drafts[has2, 1]
+        two = acc == 1  # emitted exactly two tokens: draft 1 and the final token
+        second[two] = res.final[two]
+        # Runs that emitted one token continue with a fresh step from context + that token:
+        # all those sequences have the same length, so they go as one batch.
+        need = (second < 0).nonzero()[:, 0]
+        if len(need):
+            sub = torch.cat([ids[need], first[need][:, None]], dim=1)
+            # The shared context is cached; each row's own first token goes in with the tail.
+            caches = prefix_caches(target, drafter, torch.cat([ctx, ctx[:, :1]], dim=1), len(need))
+            r2, _ = spec_step(target, drafter, sub, cfg, gen, caches)
+            second[need] = torch.where(r2.n_accepted >= 1, r2.drafts[:, 0], r2.final)
+        firsts.append(first.cpu().numpy())
+        seconds.append(second.cpu().numpy())
+        accepted.append(acc.double().cpu().numpy())
+    return np.concatenate(firsts), np.concatenate(seconds), float(np.concatenate(accepted).mean())
 
 
 def distribution_test(
-    target, drafter, context: Sequence[int], cfg: TraceConfig, trials: int = 20000, alpha: float = 0.01
+    target,
+    drafter,
+    context: Sequence[int],
+    cfg: TraceConfig,
+    trials: int = 20000,
+    alpha: float = 0.01,
 ) -> DistributionTest:
     """Chi-square tests (level ``alpha``) that emitted tokens follow the target distribution."""
     p1, p2 = target_marginals(target, context, cfg)
@@ -403,28 +456,38 @@ class PairPaths:
     drafter: Path
 
 
-def resolve_pair(pair: str | None, target: Path | None = None, drafter: Path | None = None) -> PairPaths:
+def resolve_pair(
+    pair: str | None, target: Path | None = None, drafter: Path | None = None
+) -> PairPaths:
     """``tiny-cpu`` is the pair shipped in the package; otherwise explicit model dirs."""
     if target is not None or drafter is not None:
         if target is None or drafter is None:
             raise TraceError("--target and --drafter must be given together")
         for part, p in (("target", target), ("drafter", drafter)):
-            if not (Path(p) / "config.json").is_file():
-                raise TraceError(f"{p}: no config.json; expected a Hugging Face model dir for the {part}")
-        return PairPaths(pair or f"{Path(target).name}+{Path(drafter).name}", Path(target), Path(drafter))
+            # A path that does not exist locally may be a hub id ("org/name", needs the hub cache).
+            hub_id = not Path(p).exists() and str(p).count("/") == 1 and not str(p).startswith(".")
+            if not hub_id and not (Path(p) / "config.json").is_file():
+                raise TraceError(
+                    f"{p}: no config.json; expected a Hugging Face model dir for the {part}"
+                )
+        return PairPaths(
+            pair or f"{Path(target).name}+{Path(drafter).name}", Path(target), Path(drafter)
+        )
     if pair == "tiny-cpu":
         from avbench.assets import tiny_pair_dir
 
         root = tiny_pair_dir()
         return PairPaths("tiny-cpu", root / "target", root / "drafter")
-    raise TraceError(f"--pair {pair!r}: unknown pair; use 'tiny-cpu' or give --target and --drafter model dirs")
+    raise TraceError(
+        f"--pair {pair!r}: unknown pair; use 'tiny-cpu' or give --target and --drafter model dirs"
+    )
 
 
-def load_model(path: Path, device: str = "cpu"):
+def load_model(path: Path, device: str = "cpu", dtype: str = "float32"):
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     except (OSError, ValueError) as exc:
         raise TraceError(f"{path}: cannot load a causal LM ({str(exc).splitlines()[0]})") from None
     return model.to(device).eval()
@@ -439,17 +502,18 @@ def load_tokenizer(path: Path):
         raise TraceError(f"{path}: cannot load a tokenizer ({str(exc).splitlines()[0]})") from None
 
 
-def encode_prompts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Chat template when the tokenizer has one (as vLLM's chat endpoint would), else raw."""
+def encode_prompts(tokenizer, conversations: Sequence[list[dict[str, str]]]) -> list[list[int]]:
+    """Chat template when the tokenizer has one (as vLLM's chat endpoint would), else the
+    messages' text joined."""
     out = []
-    for text in texts:
+    for msgs in conversations:
         if getattr(tokenizer, "chat_template", None):
             rendered = tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+                msgs, add_generation_prompt=True, tokenize=False
             )
             out.append(tokenizer(rendered, add_special_tokens=False)["input_ids"])
         else:
-            out.append(tokenizer(text)["input_ids"])
+            out.append(tokenizer("\n\n".join(m["content"] for m in msgs))["input_ids"])
     return out
 
 
@@ -479,15 +543,35 @@ def estimator_log_frame(ids: dict[str, str], result) -> pd.DataFrame:
                     "beta": float(b),
                     "n": int(r.n[k]),
                     "applied": r.applied,
+                    "reason": r.reason or None,
                 }
             )
-    cols = ["run_id", "pair_id", "workload_id", "round", "end_step", "position", "omega", "beta", "n", "applied"]
+    cols = [
+        "run_id",
+        "pair_id",
+        "workload_id",
+        "round",
+        "end_step",
+        "position",
+        "omega",
+        "beta",
+        "n",
+        "applied",
+        "reason",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
-def finish_trace(df: pd.DataFrame, out_dir: Path, ids: dict[str, str], k: int) -> tuple[Path, Path, object]:
+def finish_trace(
+    df: pd.DataFrame, out_dir: Path, ids: dict[str, str], k: int
+) -> tuple[Path, Path, object]:
     """Fill the estimator prediction by replay and write the drafts and the estimator log."""
-    from avbench.estimator.drafts import DRAFTS_SUFFIX, ESTIMATOR_SUFFIX, write_drafts, write_estimator_log
+    from avbench.estimator.drafts import (
+        DRAFTS_SUFFIX,
+        ESTIMATOR_SUFFIX,
+        write_drafts,
+        write_estimator_log,
+    )
     from avbench.estimator.online import EstimatorConfig, replay
 
     res = replay(
@@ -519,9 +603,12 @@ def run_trace(
 
     torch.manual_seed(cfg.seed)
     t0 = time.monotonic()
-    texts = load_prompts(workload, cfg.num_prompts)
     tok = load_tokenizer(pair.target)
-    target, drafter = load_model(pair.target, cfg.device), load_model(pair.drafter, cfg.device)
+    texts = load_prompts(workload, cfg.num_prompts, pair.target)
+    target, drafter = (
+        load_model(pair.target, cfg.device, cfg.dtype),
+        load_model(pair.drafter, cfg.device, cfg.dtype),
+    )
     prompts = encode_prompts(tok, texts)
     eos = tok.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
@@ -546,4 +633,37 @@ def run_trace(
         res.omega,
         float(res.beta[0]) if len(res.beta) else float("nan"),
         secs,
+    )
+
+
+def check_pair(
+    pair: PairPaths, workload: str, cfg: TraceConfig, trials: int = 20000, alpha: float = 0.01
+) -> DistributionTest:
+    """Distribution test on a real pair, context = the workload's first prompt (last 64 tokens)."""
+    from avbench.estimator.prompts import load_prompts
+
+    tok = load_tokenizer(pair.target)
+    context = encode_prompts(tok, load_prompts(workload, 1, pair.target))[0][-64:]
+    target, drafter = (
+        load_model(pair.target, cfg.device, cfg.dtype),
+        load_model(pair.drafter, cfg.device, cfg.dtype),
+    )
+    return distribution_test(target, drafter, context, cfg, trials, alpha)
+
+
+def render_distribution_test(res: DistributionTest) -> str:
+    def one(name: str, c: ChiSquare) -> str:
+        verdict = "consistent with the target" if c.passed else "REJECTED: differs from the target"
+        return (
+            f"  {name}: chi2 = {c.statistic:.1f}, dof = {c.dof}, p = {c.p_value:.3g} "
+            f"(alpha = {c.alpha}) over {c.n} runs -> {verdict}"
+        )
+
+    return "\n".join(
+        [
+            "Emitted tokens vs the target distribution (Pearson chi-square, expected < 5 pooled):",
+            one("first token ", res.first),
+            one("second token", res.second),
+            f"  drafts accepted in the first step: {res.mean_accepted:.3f} on average",
+        ]
     )

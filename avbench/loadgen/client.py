@@ -7,13 +7,17 @@ One shared ``httpx.AsyncClient`` (HTTP/1.1 keep-alive, pool sized to the concurr
   conversations are in flight;
 - open loop (``rate=R``): conversation *i* starts at ``t0 + i/R`` (or at seeded Poisson
   arrivals), an absolute schedule so that per-request costs never accumulate into drift;
-  ``concurrency`` then caps how many are in flight.
+  ``concurrency`` then caps how many are in flight. (asyncio-throttle does not fit here: its
+  Throttler is a sliding window that polls with a fixed sleep, 10 ms by default, so the send
+  times it yields drift from the schedule; awaiting each absolute due time meets the 1% target.)
 
-Timing is ``time.perf_counter()``. ``sent_at`` is taken when httpcore starts writing the request
-headers (its ``trace`` hook), so pool waits and connects are not charged to TTFT. Each read from
-the socket is timestamped as it arrives, before any parsing; all JSON parsing of a response is
-done once, after its last byte (one msgspec decode over all its events), which keeps the
-per-chunk work on the hot path to a ``perf_counter`` call and a bytes split.
+Timing is ``time.perf_counter()``. ``sent_at`` is taken when the request is about to be written
+(httpcore's ``trace`` hook, honoured by our transport), so pool waits and connects are not
+charged to TTFT. Each socket read is stamped on arrival, before any parsing, with the kernel's
+receive time where Linux provides it (see ``transport.py``); every SSE event gets the time of
+the read that completed it. All JSON parsing of a response is done once, after its last byte
+(one msgspec decode over all its events, reading only the fields used), which keeps the per-read
+work to the socket read and the HTTP chunk framing.
 
 Token counts per chunk: vLLM (0.32 and later) honours ``"return_token_ids": true`` in streaming
 chat and completions requests and then puts each chunk's generated ``token_ids`` in it, so the
@@ -46,7 +50,7 @@ _perf = time.perf_counter
 _DONE = b"data: [DONE]"
 
 
-@dataclass
+@dataclass(repr=False)
 class DriveResult:
     records: list[RequestRecord]  # warmup records included, flagged warmup=True
     window_start: float | None  # perf_counter when the first measured request was sent
@@ -61,6 +65,14 @@ class DriveResult:
     @property
     def measured(self) -> list[RequestRecord]:
         return [r for r in self.records if not r.warmup]
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio formats the finished task's result with repr().
+        return (
+            f"DriveResult(sent={self.sent}, ok={self.ok}, failed={self.failed}, "
+            f"skipped={self.skipped}, warmup_sent={self.warmup_sent}, errors={self.errors}, "
+            f"window_s={self.window_s:.3f})"
+        )
 
     @property
     def window_s(self) -> float:
@@ -322,6 +334,9 @@ class _Driver:
         }
         if endpoint.api_key is not None:
             self.headers["authorization"] = "Bearer " + endpoint.api_key.get_secret_value()
+        self._url = httpx.URL(self.url)
+        self._headers = httpx.Headers({**dict(client.headers), **self.headers})
+        self._timeout = client.timeout.as_dict()
         self.records: list[RequestRecord] = []
         self.window_start: float | None = None
         self.window_end: float | None = None
@@ -340,22 +355,30 @@ class _Driver:
         started = _perf()
         try:
             async with asyncio.timeout(self.endpoint.request_timeout_s):
-                async with self.client.stream(
+                # A Request built from pre-parsed URL and headers: client.stream() would re-parse
+                # and merge them on every request (a third of the per-request cost).
+                req = httpx.Request(
                     "POST",
-                    self.url,
+                    self._url,
+                    headers=self._headers,
                     content=body,
-                    headers=self.headers,
-                    extensions={"trace": trace},
-                ) as resp:
+                    extensions={"trace": trace, "timeout": self._timeout},
+                )
+                resp = await self.client.send(req, stream=True)
+                try:
                     rec.status = resp.status_code
                     if resp.status_code >= 400:
                         snippet = (await resp.aread())[:300].decode("utf-8", "replace")
                         kind = "http_5xx" if resp.status_code >= 500 else "http_4xx"
                         raise _Fail(kind, f"HTTP {resp.status_code}: {snippet}")
                     fast = resp.extensions.get("arrivals")
-                    chunks = fast.timed() if fast is not None else _stamped(resp.aiter_raw())
-                    async for item in chunks:  # (arrival time taken before parsing, bytes)
-                        append(item)
+                    if fast is not None:  # FastTransport: reads stamped on arrival, in bulk
+                        await fast.collect(reads)
+                    else:
+                        async for item in _stamped(resp.aiter_raw()):
+                            append(item)
+                finally:
+                    await resp.aclose()
             end = _perf()
             if not rec.sent_at:
                 rec.sent_at = started
@@ -412,6 +435,7 @@ class _Driver:
             rec = RequestRecord(conversation_id=conv.id, turn=k, warmup=warmup)
             rec.queued_at = queued_at if k == 0 else _perf()
             rec.prompt_text = user
+            rec.prompt_messages = json.dumps(messages, ensure_ascii=False)
             await self.request(rec, body)
             self.records.append(rec)
             if not warmup:
@@ -479,6 +503,19 @@ def arrival_offsets(n: int, rate: float, seed: int | None = None) -> list[float]
     return out
 
 
+def _raise_fd_limit(want: int) -> None:
+    """Lift the soft open-files limit towards ``want`` (one socket per connection)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            cap = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (cap, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def make_client(endpoint: EndpointConfig, pool: int) -> httpx.AsyncClient:
     """One shared client; http:// goes through :class:`FastTransport` (pool of ``pool``)."""
     timeout = httpx.Timeout(
@@ -517,7 +554,10 @@ async def drive(
     if rate is not None and not rate > 0:
         raise ValueError(f"drive: rate must be > 0 req/s, got {rate}")
     warm, measured = list(conversations[:warmup]), list(conversations[warmup:])
-    pool = concurrency or max(1, min(4096, math.ceil(rate * 4)))
+    # Closed loop: one connection per worker. Open loop: connections open lazily as needed;
+    # a large cap so that slow responses never turn it into a hidden closed loop.
+    pool = concurrency or 16384
+    _raise_fd_limit(pool + 256)
     async with make_client(endpoint, pool) as client:
         d = _Driver(endpoint, sampling, client, render_prompt, on_record)
 

@@ -4,26 +4,33 @@ Why not httpx's default transport (httpcore + h11): measured against the local s
 it cost ~19 ms of client CPU per 1000 streamed tokens, ~5x vLLM's aiohttp client. Two causes:
 h11 turns every HTTP chunk (one SSE event) into its own event through several Python layers,
 and httpcore's pool scans every connection on each request assignment (quadratic in the
-concurrency). This transport keeps httpx's API (one ``AsyncClient``, ``client.stream(...)``)
+concurrency). This transport keeps httpx's API (one ``AsyncClient``, ``client.send(...)``)
 and replaces the wire layer:
 
-- one ``asyncio.Protocol`` per connection; ``data_received`` timestamps each socket read
-  (``perf_counter``) *before* any parsing and decodes all chunked framing in that read with
-  ``bytes.find`` loops; the body of one read is handed over as one item with its arrival time
-  (exposed as ``response.extensions["arrivals"]``);
+- one non-blocking socket per connection, read with ``recvmsg`` from a loop reader callback;
+  each read carries the kernel's receive timestamp (``SO_TIMESTAMPNS``, Linux), moved onto the
+  ``perf_counter`` clock, so arrival times do not depend on how busy the event loop is (falls
+  back to ``perf_counter()`` at the read where the kernel gives none). Parsing comes after;
+- all chunked framing of a read is decoded with ``bytes.find`` loops, and the body of one read
+  is kept as one (arrival, bytes) item; a consumer can ``collect()`` a whole response and is
+  then woken once, not per read (exposed as ``response.extensions["arrivals"]``);
 - an idle pool per (host, port) capped at ``max_connections``: O(1) acquire and release;
 - a lazily re-armed watchdog per connection for the read (silence) timeout, not a timer per read;
 - httpcore's ``trace`` extension is honoured for ``http11.send_request_headers.started``, so
-  callers get the moment the request is written.
+  callers learn the moment the request is written.
 
 Failures raise httpx's own exceptions (ConnectError, ReadTimeout, RemoteProtocolError), so code
-written against httpx handles them unchanged.
+written against httpx handles them unchanged. Plain http:// only (vLLM serves plain HTTP).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import socket
+import struct
+import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -31,15 +38,21 @@ import httpx
 
 _perf = time.perf_counter
 _HEADERS, _BODY_CL, _BODY_CHUNKED, _BODY_EOF, _DONE = range(5)
+_READ_SIZE = 1 << 18
+# SO_TIMESTAMPNS: the kernel stamps each received packet; Python does not export the constant.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else -1)
+_TS = struct.Struct("qq")  # struct timespec
+_CMSG_SPACE = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 
-class _Conn(asyncio.Protocol):
-    """One HTTP/1.1 connection; parses one response at a time."""
+class _Conn:
+    """One HTTP/1.1 connection on a non-blocking socket; parses one response at a time."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket):
         self.loop = loop
-        self.transport: asyncio.Transport | None = None
+        self.sock = sock
         self.closed = False
+        self.pending = b""  # request bytes the kernel did not take yet
         self.reset()
 
     def reset(self) -> None:
@@ -52,13 +65,68 @@ class _Conn(asyncio.Protocol):
         self.remaining = 0  # bytes left in the current chunk / content-length body
         self.keep_alive = True
         self.got_bytes = False
+        self.collecting = False
         self.last_data = _perf()
         self.read_timeout: float | None = None
         self.timer: asyncio.TimerHandle | None = None
 
-    # -- asyncio.Protocol ---------------------------------------------------------------
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    # -- socket I/O -------------------------------------------------------------------
+    def start(self) -> None:
+        self.loop.add_reader(self.sock.fileno(), self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.close()
+            self.connection_lost(exc)
+            return
+        if not data:
+            self.close()
+            self.connection_lost(None)
+            return
+        if anc:
+            # Kernel receive time (CLOCK_REALTIME) moved onto the perf_counter clock: the
+            # arrival time no longer depends on how busy this event loop is.
+            lvl, typ, raw = anc[0]
+            if lvl == socket.SOL_SOCKET and typ == _SO_TIMESTAMPNS and len(raw) >= 16:
+                sec, nsec = _TS.unpack_from(raw)
+                off = time.time_ns() - time.perf_counter_ns()
+                self.data_received(data, (sec * 1_000_000_000 + nsec - off) * 1e-9)
+                return
+        self.data_received(data, _perf())
+
+    def send(self, data: bytes) -> None:
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        if n < len(data):
+            self.pending = data[n:]
+            self.loop.add_writer(self.sock.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            n = self.sock.send(self.pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.close()
+            self.connection_lost(exc)
+            return
+        self.pending = self.pending[n:]
+        if not self.pending:
+            self.loop.remove_writer(self.sock.fileno())
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            self.loop.remove_reader(self.sock.fileno())
+            if self.pending:
+                self.loop.remove_writer(self.sock.fileno())
+            self.sock.close()
+        self.closed = True
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -75,8 +143,8 @@ class _Conn(asyncio.Protocol):
                 )
             )
 
-    def data_received(self, data: bytes) -> None:
-        t = _perf()  # arrival time, before any parsing
+    def data_received(self, data: bytes, t: float) -> None:
+        # t: arrival time (kernel receive stamp when available), taken before any parsing
         self.last_data = t
         self.got_bytes = True
         if self.buf:
@@ -90,12 +158,12 @@ class _Conn(asyncio.Protocol):
             out = self._parse_body(data)
         except ValueError as exc:
             self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
-            if self.transport is not None:
-                self.transport.abort()
+            self.close()
             return
         if out:
             self.items.append((t, out))
-        if out or self.state == _DONE:
+        # A collecting consumer is woken once, at the end, not per read (halves per-read cost).
+        if self.state == _DONE or (out and not self.collecting):
             self._wake()
 
     # -- parsing ----------------------------------------------------------------------
@@ -238,9 +306,7 @@ class _Conn(asyncio.Protocol):
             return
         if _perf() - self.last_data >= self.read_timeout - 1e-3:
             self._fail(httpx.ReadTimeout(f"no data for {self.read_timeout:g} s"))
-            if self.transport is not None:
-                self.transport.abort()
-            self.closed = True
+            self.close()
         else:
             self._arm()
 
@@ -302,6 +368,26 @@ class _Stream(httpx.AsyncByteStream):
             yield item
         self._release(reuse=True)
 
+    async def collect(self, into: list) -> None:
+        """Wait for the whole body; append its (arrival, bytes) reads to ``into``.
+
+        The reads received before a failure are appended too, then the error is raised.
+        """
+        conn = self._conn
+        conn.collecting = True
+        try:
+            while conn.state != _DONE:
+                if conn.error is not None:
+                    raise conn.error
+                conn.waiter = conn.loop.create_future()
+                conn._arm()
+                await conn.waiter
+                conn.waiter = None
+        finally:
+            into.extend(conn.items)
+            conn.items.clear()
+        self._release(reuse=True)
+
     async def aclose(self) -> None:
         self._release(reuse=False)
 
@@ -314,6 +400,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._idle: dict[tuple, list[_Conn]] = {}
         self._sem: asyncio.Semaphore | None = None
         self._all: set[_Conn] = set()
+        self._addrs: dict[tuple, tuple] = {}
 
     async def _acquire(self, key, tmo: dict) -> tuple[_Conn, bool]:
         idle = self._idle.get(key)
@@ -332,13 +419,29 @@ class FastTransport(httpx.AsyncBaseTransport):
         host, port = key
         try:
             async with asyncio.timeout(tmo.get("connect")):
-                _, conn = await loop.create_connection(lambda: _Conn(loop), host, port)
+                info = self._addrs.get(key)
+                if info is None:  # resolve once per host (getaddrinfo runs in a thread)
+                    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                    info = self._addrs[key] = infos[0]
+                family, _, proto, _, addr = info
+                sock = socket.socket(family, socket.SOCK_STREAM, proto)
+                try:
+                    sock.setblocking(False)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    with contextlib.suppress(OSError):  # kernel RX timestamps (Linux)
+                        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                    await loop.sock_connect(sock, addr)
+                except BaseException:
+                    sock.close()
+                    raise
         except TimeoutError as exc:
             self._sem.release()
             raise httpx.ConnectTimeout(f"connect to {host}:{port} timed out") from exc
         except OSError as exc:
             self._sem.release()
             raise httpx.ConnectError(f"connect to {host}:{port}: {exc}") from exc
+        conn = _Conn(loop, sock)
+        conn.start()
         self._all.add(conn)
         return conn, False
 
@@ -348,9 +451,7 @@ class FastTransport(httpx.AsyncBaseTransport):
             self._idle.setdefault(key, []).append(conn)
         else:
             self._all.discard(conn)
-            if conn.transport is not None and not conn.closed:
-                conn.transport.abort()
-            conn.closed = True
+            conn.close()
         # A reused connection keeps its slot; a dropped one frees it.
         if not reuse:
             self._sem.release()
@@ -381,7 +482,7 @@ class FastTransport(httpx.AsyncBaseTransport):
             if trace is not None:
                 await trace("http11.send_request_headers.started", {"request": request})
             conn.last_data = _perf()
-            conn.transport.write(wire)
+            conn.send(wire)
             try:
                 conn._arm()
                 status, reason, headers = await conn.head
@@ -409,7 +510,6 @@ class FastTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         for conn in list(self._all):
-            if conn.transport is not None:
-                conn.transport.abort()
+            conn.close()
         self._all.clear()
         self._idle.clear()

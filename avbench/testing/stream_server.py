@@ -28,12 +28,15 @@ import os
 import random
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 FAULT_KINDS = ("http_5xx", "http_4xx", "cut", "stall", "malformed", "slow_first")
 _FAULT_MARK = re.compile(r"@fault:([a-z_0-9]+)")
@@ -77,6 +80,7 @@ class _State:
         self.count = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.connections = 0  # connections that carried completions (keep-alive reuse: few)
         self.emissions: list[Emission] = []
         self.rng = random.Random(cfg.fault_seed)
         self.stop = asyncio.Event()
@@ -173,36 +177,147 @@ class _Renderer:
         )
 
 
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict, bytes] | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            k, v = line.split(":", 1)
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else -1)
+_TS = struct.Struct("qq")
+_CMSG = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 0
+
+
+class _SConn:
+    """One server-side connection on a non-blocking socket.
+
+    Reads use recvmsg with the kernel's receive timestamps, so a request's ``received_at`` is
+    when its first byte reached this host, not when this (possibly busy) loop got to it.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket):
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.rbuf = b""
+        self.rbuf_t = 0.0  # arrival of rbuf's first byte
+        self.eof = False
+        self.closed = False
+        self.waiter: asyncio.Future | None = None
+        self.wbuf = bytearray()
+        self.drained: asyncio.Future | None = None
+        loop.add_reader(self.fd, self._on_readable)
+
+    def _wake(self, fut: asyncio.Future | None) -> None:
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _on_readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(1 << 16, _CMSG)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, anc = b"", []
+        if not data:
+            self.eof = True
+            self.loop.remove_reader(self.fd)
+            self._wake(self.waiter)
+            return
+        t = time.perf_counter()
+        if anc and anc[0][1] == _SO_TIMESTAMPNS:
+            sec, nsec = _TS.unpack_from(anc[0][2])
+            t = (sec * 1_000_000_000 + nsec - (time.time_ns() - time.perf_counter_ns())) * 1e-9
+        if not self.rbuf:
+            self.rbuf_t = t
+        self.rbuf += data
+        self._wake(self.waiter)
+
+    async def _more(self) -> bool:
+        if self.eof:
+            return False
+        self.waiter = self.loop.create_future()
+        await self.waiter
+        self.waiter = None
+        return True
+
+    async def read_request(self) -> tuple[float, str, str, dict, bytes] | None:
+        while (end := self.rbuf.find(b"\r\n\r\n")) < 0:
+            if not await self._more():
+                return None
+        t = self.rbuf_t
+        lines = self.rbuf[:end].decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
             headers[k.strip().lower()] = v.strip()
-    n = int(headers.get("content-length", "0"))
-    body = await reader.readexactly(n) if n else b""
-    return method, path, headers, body
+        n = int(headers.get("content-length", "0"))
+        while len(self.rbuf) < end + 4 + n:
+            if not await self._more():
+                return None
+        body = self.rbuf[end + 4 : end + 4 + n]
+        self.rbuf = self.rbuf[end + 4 + n :]
+        return t, method, path, headers, body
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.wbuf:
+            self.wbuf += data
+            return
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            self.abort()
+            return
+        if n < len(data):
+            self.wbuf += data[n:]
+            self.loop.add_writer(self.fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            n = self.sock.send(self.wbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.abort()
+            return
+        del self.wbuf[:n]
+        if not self.wbuf:
+            self.loop.remove_writer(self.fd)
+            self._wake(self.drained)
+
+    def buffered(self) -> int:
+        return len(self.wbuf)
+
+    async def drain(self) -> None:
+        while self.wbuf and not self.closed:
+            self.drained = self.loop.create_future()
+            await self.drained
+
+    def abort(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.fd)
+        if self.wbuf:
+            self.loop.remove_writer(self.fd)
+        self.sock.close()
+        self._wake(self.waiter)
+        self._wake(self.drained)
 
 
-def _plain(writer: asyncio.StreamWriter, status: int, reason: str, body: bytes) -> None:
+def _plain(writer: _SConn, status: int, reason: str, body: bytes) -> None:
     writer.write(
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
         % (status, reason.encode(), len(body), body)
     )
 
 
-async def _stream(st: _State, writer: asyncio.StreamWriter, api: str, headers: dict, raw: bytes):
+async def _stream(
+    st: _State, writer: _SConn, api: str, headers: dict, raw: bytes, received: float
+) -> None:
     cfg = st.cfg
     body = json.loads(raw)
     idx = st.count
     st.count += 1
-    received = time.perf_counter()
     fault = _choose_fault(st, idx, headers, body)
     if fault == "http_5xx":
         _plain(writer, 500, "Internal Server Error", b'{"error":{"message":"injected 5xx"}}')
@@ -230,28 +345,31 @@ async def _stream(st: _State, writer: asyncio.StreamWriter, api: str, headers: d
         pids = "[" + ",".join(["1"] * prompt_tokens) + "]" if want_ids else "null"
         writer.write(_frame((r.role % pids).encode()))
     cut_at = len(sched) // 2 if fault in ("cut", "stall", "malformed") else -1
-    transport = writer.transport
     t_next = time.perf_counter()
     tok = 0
     for i, (delay, n) in enumerate(sched):
         if i == cut_at:
             if fault == "cut":
-                transport.abort()  # no terminating chunk: the client sees the stream end early
+                writer.abort()  # no terminating chunk: the client sees the stream end early
                 return
             if fault == "stall":
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(st.stop.wait(), cfg.stall_s)
-                transport.abort()
+                # Silent until the client gives up (EOF), the server stops, or stall_s.
+                t_end = time.perf_counter() + cfg.stall_s
+                while not (writer.eof or st.stop.is_set() or time.perf_counter() > t_end):
+                    await asyncio.sleep(0.02)
+                writer.abort()
                 return
             if fault == "malformed":
                 writer.write(_frame(b'data: {"id":"broken","choices":[{"delta":{"content":"x\n\n'))
         # Absolute schedule so that write/loop costs do not accumulate into drift.
         t_next += delay
         wait = t_next - time.perf_counter()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        else:
+        if wait <= 0:
             await asyncio.sleep(0)  # yield so all streams interleave, like engine steps
+        # uvloop's timers have 1 ms granularity and can fire a little early: sleep until due.
+        while wait > 0:
+            await asyncio.sleep(wait)
+            wait = t_next - time.perf_counter()
         if i == 0:
             text = em.text_prefix + "".join(_VOCAB[(idx + k) % 97] for k in range(1, n))
         else:
@@ -259,35 +377,42 @@ async def _stream(st: _State, writer: asyncio.StreamWriter, api: str, headers: d
         ids = list(range(tok, tok + n))
         tok += n
         finish = "length" if i == len(sched) - 1 else None
-        writer.write(_frame(r.chunk(text, ids, finish)))
+        data = _frame(r.chunk(text, ids, finish))
         if cfg.record:
+            # Stamped just before the write: once written, the client may wake and preempt us.
             em.times.append(time.perf_counter())
             em.tokens.append(n)
-        if transport.get_write_buffer_size() > 1 << 16:
+        writer.write(data)
+        if writer.buffered() > 1 << 16:
             await writer.drain()
+        if writer.closed:
+            return
     if include_usage:
         writer.write(_frame(r.usage(prompt_tokens, n_out)))
     writer.write(_frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
 
 
 def _make_handler(st: _State):
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(writer: _SConn) -> None:
+        streamed = False
         try:
             while True:
-                req = await _read_request(reader)
+                req = await writer.read_request()
                 if req is None:
                     break
-                method, path, headers, raw = req
+                received, method, path, headers, raw = req
                 if path == "/v1/chat/completions" or path == "/v1/completions":
+                    if not streamed:
+                        streamed = True
+                        st.connections += 1
                     st.in_flight += 1
                     st.max_in_flight = max(st.max_in_flight, st.in_flight)
                     try:
-                        await _stream(
-                            st, writer, "chat" if "chat" in path else "completions", headers, raw
-                        )
+                        api = "chat" if "chat" in path else "completions"
+                        await _stream(st, writer, api, headers, raw, received)
                     finally:
                         st.in_flight -= 1
-                    if writer.transport.is_closing():
+                    if writer.closed:
                         break
                 elif path == "/_emissions":
                     _plain(
@@ -298,11 +423,12 @@ def _make_handler(st: _State):
                         "requests": st.count,
                         "in_flight": st.in_flight,
                         "max_in_flight": st.max_in_flight,
+                        "connections": st.connections,
                     }
                     _plain(writer, 200, "OK", json.dumps(stats).encode())
                 elif path == "/_reset":
                     st.emissions.clear()
-                    st.count = st.max_in_flight = 0
+                    st.count = st.max_in_flight = st.connections = 0
                     _plain(writer, 200, "OK", b"{}")
                 elif path in ("/health", "/v1/models"):
                     models = {"object": "list", "data": [{"id": st.cfg.model, "object": "model"}]}
@@ -310,10 +436,10 @@ def _make_handler(st: _State):
                 else:
                     _plain(writer, 404, "Not Found", b'{"error":"not found"}')
                 await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
             pass
         finally:
-            writer.transport.abort()
+            writer.abort()
 
     return handle
 
@@ -344,12 +470,41 @@ class RunningServer:
 
 async def _serve(cfg: ServerConfig, host: str, port: int, ready) -> None:
     st = _State(cfg)
-    server = await asyncio.start_server(
-        _make_handler(st), host, port, backlog=4096, reuse_address=True
-    )
-    ready(server.sockets[0].getsockname()[1], st)
-    async with server:
+    loop = asyncio.get_running_loop()
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind((host, port))
+    lsock.listen(4096)
+    lsock.setblocking(False)
+    handler = _make_handler(st)
+    conns: set[_SConn] = set()
+    tasks: set[asyncio.Task] = set()
+
+    async def accept() -> None:
+        while True:
+            sock, _ = await loop.sock_accept(lsock)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            conn = _SConn(loop, sock)
+            conns.add(conn)
+            task = loop.create_task(handler(conn))
+            tasks.add(task)
+            task.add_done_callback(lambda t, c=conn: (tasks.discard(t), conns.discard(c)))
+
+    acceptor = loop.create_task(accept())
+    ready(lsock.getsockname()[1], st)
+    try:
         await st.stop.wait()
+    finally:
+        acceptor.cancel()
+        for c in list(conns):
+            c.abort()
+        for t in list(tasks):
+            t.cancel()
+        await asyncio.gather(acceptor, *tasks, return_exceptions=True)
+        lsock.close()
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -410,7 +565,10 @@ def serve_in_subprocess(
     ]
     if cpus is not None:
         cmd += ["--cpus", ",".join(map(str, cpus))]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, text=True)
+    # The package root on PYTHONPATH, so `-m avbench...` works from a checkout too.
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, text=True, env=env)
     try:
         line = proc.stdout.readline()
         if not line.startswith("PORT "):

@@ -16,7 +16,10 @@ from avbench.server import group_alive, probe_vllm
 def avbench(*args, env=None, cwd=None, timeout=120):
     return subprocess.run(
         [sys.executable, "-m", "avbench.cli", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
         env=(os.environ | (env or {})),
     )
 
@@ -56,7 +59,9 @@ def test_busy_port(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        res = avbench("sweep", "--pair", "tiny-cpu", "--results", str(tmp_path), "--port", str(port))
+        res = avbench(
+            "sweep", "--pair", "tiny-cpu", "--results", str(tmp_path), "--port", str(port)
+        )
     assert res.returncode == 2
     assert f"port {port}" in one_line_error(res) and "already in use" in res.stderr
     assert not any(tmp_path.iterdir())  # refused before creating a run
@@ -79,10 +84,25 @@ def fake_vllm_python(tmp_path: Path) -> str:
 def test_server_never_ready_fails_each_arm_and_goes_on(tmp_path):
     key = "sk-test-never-ready-7f3a"
     res = avbench(
-        "sweep", "--pair", "tiny-cpu", "--results", str(tmp_path), "--run-id", "r",
-        "--vllm-python", fake_vllm_python(tmp_path), "--ready-timeout", "2",
-        "--port", "18731", "--concurrencies", "1", "--workloads", "gsm8k-tiny",
-        env={"OPENAI_API_KEY": key}, timeout=180,
+        "sweep",
+        "--pair",
+        "tiny-cpu",
+        "--results",
+        str(tmp_path),
+        "--run-id",
+        "r",
+        "--vllm-python",
+        fake_vllm_python(tmp_path),
+        "--ready-timeout",
+        "2",
+        "--port",
+        "18731",
+        "--concurrencies",
+        "1",
+        "--workloads",
+        "gsm8k-tiny",
+        env={"OPENAI_API_KEY": key},
+        timeout=180,
     )
     assert res.returncode == 1, res.stderr
     run = tmp_path / "r"

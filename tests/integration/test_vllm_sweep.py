@@ -40,7 +40,10 @@ def avbench_cmd(*args):
 
 def run_avbench(*args, env=None, timeout=900):
     res = subprocess.run(
-        avbench_cmd(*args), capture_output=True, text=True, timeout=timeout,
+        avbench_cmd(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env=os.environ | (env or {}),
     )
     assert res.returncode == 0, res.stderr[-3000:]
@@ -75,9 +78,25 @@ def test_two_cells_agree_with_the_servers_own_counters(tmp_path):
         server.wait_ready(headers)
         before = httpx.get(f"{server.base_url}/metrics", headers=headers).text
         run_avbench(
-            "sweep", "--pair", "tiny-cpu", "--endpoint", server.base_url, "--arm", "static-k3",
-            "--workloads", "gsm8k-tiny", "--concurrencies", "1,4", "--warmup", "0",
-            "--requests", "8", "--results", str(tmp_path), "--run-id", "r",
+            "sweep",
+            "--pair",
+            "tiny-cpu",
+            "--endpoint",
+            server.base_url,
+            "--arm",
+            "static-k3",
+            "--workloads",
+            "gsm8k-tiny",
+            "--concurrencies",
+            "1,4",
+            "--warmup",
+            "0",
+            "--requests",
+            "8",
+            "--results",
+            str(tmp_path),
+            "--run-id",
+            "r",
             env={"OPENAI_API_KEY": key},
         )
         after = httpx.get(f"{server.base_url}/metrics", headers=headers).text
@@ -106,12 +125,28 @@ def test_two_cells_agree_with_the_servers_own_counters(tmp_path):
 def test_self_drafting_accepts_everything_greedy_and_temp1_is_reported(tmp_path):
     with serve("tiny-cpu-self", Arm("static", 3), tmp_path) as server:
         server.wait_ready()
-        common = ["--pair", "tiny-cpu-self", "--endpoint", server.base_url, "--arm", "static-k3",
-                  "--workloads", "gsm8k-tiny", "--concurrencies", "4", "--requests", "8",
-                  "--warmup", "1", "--results", str(tmp_path)]
+        common = [
+            "--pair",
+            "tiny-cpu-self",
+            "--endpoint",
+            server.base_url,
+            "--arm",
+            "static-k3",
+            "--workloads",
+            "gsm8k-tiny",
+            "--concurrencies",
+            "4",
+            "--requests",
+            "8",
+            "--warmup",
+            "1",
+            "--results",
+            str(tmp_path),
+        ]
         run_avbench("sweep", *common, "--run-id", "greedy")
-        run_avbench("sweep", *common, "--run-id", "temp1", "--temperature", "1.0",
-                    "--top-p", "0.95")
+        run_avbench(
+            "sweep", *common, "--run-id", "temp1", "--temperature", "1.0", "--top-p", "0.95"
+        )
     (greedy,) = RunStore.open(tmp_path / "greedy").finished_cells().values()
     assert all(p > 0.95 for p in accept_pos(greedy)), accept_pos(greedy)
     (temp1,) = RunStore.open(tmp_path / "temp1").finished_cells().values()
@@ -123,11 +158,34 @@ def test_self_drafting_accepts_everything_greedy_and_temp1_is_reported(tmp_path)
 def test_ctrl_c_mid_cell_leaves_no_server_and_resume_finishes(tmp_path):
     key = "sk-integration-managed-77c"
     port = find_free_port()
-    args = ["sweep", "--pair", "tiny-cpu", "--arms", "baseline", "--workloads", "gsm8k-tiny",
-            "--concurrencies", "1,4", "--requests", "6", "--warmup", "1", "--max-tokens", "96",
-            "--results", str(tmp_path), "--run-id", "r", "--port", str(port), "--no-report"]
+    args = [
+        "sweep",
+        "--pair",
+        "tiny-cpu",
+        "--arms",
+        "baseline",
+        "--workloads",
+        "gsm8k-tiny",
+        "--concurrencies",
+        "1,4",
+        "--requests",
+        "6",
+        "--warmup",
+        "1",
+        "--max-tokens",
+        "96",
+        "--results",
+        str(tmp_path),
+        "--run-id",
+        "r",
+        "--port",
+        str(port),
+        "--no-report",
+    ]
     proc = subprocess.Popen(
-        avbench_cmd(*args, "--api-key", key), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        avbench_cmd(*args, "--api-key", key),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     run = tmp_path / "r"

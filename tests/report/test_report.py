@@ -16,14 +16,25 @@ def test_pareto_mask_matches_brute_force():
 
 
 def test_report_has_one_trace_per_arm(tmp_path):
-    store = RunStore.create(tmp_path, "r", {"run_id": "r", "pair": {"name": "p"}, "sweep": {"name": "s"}})
+    store = RunStore.create(
+        tmp_path, "r", {"run_id": "r", "pair": {"name": "p"}, "sweep": {"name": "s"}}
+    )
     for arm, scale in (("baseline", 1.0), ("static-k3", 1.5)):
         for c in (1, 4):
             store.write_cell(
-                {"cell_id": f"{arm}-{c}", "arm": arm, "workload": "gsm8k", "concurrency": c,
-                 "rate": None, "repeat": 0, "output_tok_s_per_gpu": 100 * c * scale,
-                 "interactivity_tok_s_user": 50 / c * scale, "acceptance_length": None},
-                [], {},
+                {
+                    "cell_id": f"{arm}-{c}",
+                    "arm": arm,
+                    "workload": "gsm8k",
+                    "concurrency": c,
+                    "rate": None,
+                    "repeat": 0,
+                    "output_tok_s_per_gpu": 100 * c * scale,
+                    "interactivity_tok_s_user": 50 / c * scale,
+                    "acceptance_length": None,
+                },
+                [],
+                {},
             )
     store.write_failure({"cell_id": "av-k3__x", "reason": "unsupported: CPU build <V1>"})
     html = write_report(store).read_text()

@@ -15,8 +15,9 @@ from avbench.testing.stream_server import ServerConfig, serve_in_thread
 
 @pytest.fixture(scope="module")
 def fake_server():
-    cfg = ServerConfig(model="tiny-target", tokens_per_chunk=3, output_tokens=12,
-                       inter_chunk_delay_s=0.002)
+    cfg = ServerConfig(
+        model="tiny-target", tokens_per_chunk=3, output_tokens=12, inter_chunk_delay_s=0.002
+    )
     with serve_in_thread(cfg) as srv:
         yield srv
 
@@ -24,12 +25,22 @@ def fake_server():
 def _opts(tmp_path, url, arm="static-k3", **kw):
     suite = load_suite()
     sweep = suite.sweep("demo").model_copy(
-        update={"workloads": ["gsm8k-tiny", "mt-bench-tiny"], "concurrencies": [1, 3],
-                "min_requests": 5, "requests_per_concurrency": 1, "warmup": 1}
+        update={
+            "workloads": ["gsm8k-tiny", "mt-bench-tiny"],
+            "concurrencies": [1, 3],
+            "min_requests": 5,
+            "requests_per_concurrency": 1,
+            "warmup": 1,
+        }
     )
     return SweepOptions(
-        pair=suite.pair("tiny-cpu"), sweep=sweep, workloads=suite.workloads,
-        results_dir=tmp_path, endpoint=url, attach_arm=Arm.parse(arm), **kw,
+        pair=suite.pair("tiny-cpu"),
+        sweep=sweep,
+        workloads=suite.workloads,
+        results_dir=tmp_path,
+        endpoint=url,
+        attach_arm=Arm.parse(arm),
+        **kw,
     )
 
 
@@ -52,9 +63,14 @@ def test_attach_sweep_stores_every_cell(tmp_path, fake_server):
         assert row["output_tok_s"] > 0 and row["tpot_ms_median"] > 0
     mt = store.records_frame("static-k3__mt-bench-tiny__c1__rep0")
     assert set(mt["turn"]) == {0, 1}  # MT-Bench sends its real second turn
+    for conv_id, turns in mt.groupby("conversation_id"):
+        first, second = turns.sort_values("turn").itertuples()
+        sent = json.loads(second.prompt_messages)
+        assert [m["role"] for m in sent] == ["user", "assistant", "user"], conv_id
+        assert sent[1]["content"] == first.output_text != ""
     manifest = json.loads(store.manifest_path.read_text())
     assert manifest["mode"] == "attach" and manifest["status"] == "finished"
-    assert manifest["workload_sources"]["gsm8k-tiny"]["sha256"]
+    assert manifest["workload_sources"]["gsm8k-tiny"]["source"]["sha256"]
     for p in store.root.rglob("*"):
         if p.is_file():
             assert key not in p.read_text(errors="replace"), p
@@ -67,12 +83,17 @@ def test_every_arm_gets_the_same_prompts_in_the_same_order(tmp_path, fake_server
         store = start_sweep(_opts(tmp_path, url, arm=arm, run_id=arm)).store
         seqs = {}
         for cell_id in store.finished_cells():
-            df = store.records_frame(cell_id).sort_values("sent_at", kind="stable")
+            # queued_at = when the driver took the conversation off its ordered list.
+            df = store.records_frame(cell_id).sort_values("queued_at", kind="stable")
             key = cell_id.split("__", 1)[1]
             seqs[key] = list(zip(df["conversation_id"], df["turn"], df["prompt_text"], strict=True))
+            seqs[key + "/sha"] = store.finished_cells()[cell_id]["prompts_sha256"]
         orders.append(seqs)
-    assert orders[0].keys() == orders[1].keys() and len(orders[0]) == 4
+    assert orders[0].keys() == orders[1].keys() and len(orders[0]) == 8
     for key in orders[0]:
+        if key.endswith("/sha"):
+            assert orders[0][key] == orders[1][key]
+            continue
         first = [x for x in orders[0][key] if x[1] == 0]
         second = [x for x in orders[1][key] if x[1] == 0]
         assert first == second, key

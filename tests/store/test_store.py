@@ -9,15 +9,25 @@ from avbench.store import RunStore
 
 def _rec(i, **kw):
     return RequestRecord(
-        conversation_id=f"w/{i}", turn=0, sent_at=1.0, ttft=0.1, e2e=0.5,
-        chunk_times=[0.1, 0.2, 0.5], chunk_tokens=[1, 3, 2], completion_tokens=6, **kw,
+        conversation_id=f"w/{i}",
+        turn=0,
+        sent_at=1.0,
+        ttft=0.1,
+        e2e=0.5,
+        chunk_times=[0.1, 0.2, 0.5],
+        chunk_tokens=[1, 3, 2],
+        completion_tokens=6,
+        **kw,
     )
 
 
 def test_cells_are_appended_and_records_roundtrip(tmp_path):
     store = RunStore.create(tmp_path, "run1", {"run_id": "run1"})
-    store.write_cell({"cell_id": "a", "x": 1}, [_rec(0), _rec(1, error="boom", error_kind="http_5xx")],
-                     {"before": "m 1\n", "after": None})
+    store.write_cell(
+        {"cell_id": "a", "x": 1},
+        [_rec(0), _rec(1, error="boom", error_kind="http_5xx")],
+        {"before": "m 1\n", "after": None},
+    )
     store.write_cell({"cell_id": "b", "x": 2}, [_rec(2)], {})
     assert list(store.finished_cells()) == ["a", "b"]
     df = store.records_frame("a")

@@ -45,7 +45,9 @@ def test_malformed_toml_names_the_file(suites_copy: Path):
 def test_wrong_field_type_names_file_and_field(suites_copy: Path):
     text = (suites_copy / "pairs.toml").read_text().replace("max_k = 3", 'max_k = "three"', 1)
     (suites_copy / "pairs.toml").write_text(text)
-    with pytest.raises(SuiteError, match=r"pairs\.toml: pairs\.tiny-cpu\.max_k: .*integer.*'three'"):
+    with pytest.raises(
+        SuiteError, match=r"pairs\.toml: pairs\.tiny-cpu\.max_k: .*integer.*'three'"
+    ):
         load_suite(suites_copy)
 
 

@@ -1,0 +1,101 @@
+"""Tables from synthetic drafts with a confidence head and several workloads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from avbench.estimator.drafts import DraftsError
+from avbench.estimator.synthetic import simulate
+from avbench.estimator.tables import (
+    Context,
+    Inputs,
+    all_tables,
+    estimator_vs_head_table,
+    load_inputs,
+    per_position_table,
+    to_markdown,
+    workload_table,
+    write_tables,
+)
+
+BETA = np.array([0.6, 0.2, -0.2, -0.5])
+
+
+@pytest.fixture(scope="module")
+def drafts():
+    # Three workloads, from predictable (q_max near 1) to unpredictable.
+    parts = [
+        simulate(
+            0.5,
+            BETA + shift,
+            steps=400,
+            requests=8,
+            seed=i,
+            head_noise=0.8,
+            qmax_beta=ab,
+            workload=w,
+        )
+        for i, (w, shift, ab) in enumerate(
+            [("easy", 0.4, (4.0, 1.0)), ("mid", 0.0, (2.0, 1.0)), ("hard", -0.6, (1.0, 1.5))]
+        )
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_estimator_vs_head_has_cis(drafts):
+    ctx = Context.build(drafts)
+    t = estimator_vs_head_table(ctx, n_boot=30)
+    assert [r[0] for r in t.rows] == ["all positions", "excluding position 1"]
+    assert t.rows[0][1] == len(drafts) and t.rows[1][1] == int((drafts["position"] > 1).sum())
+    ci = t.rows[0][4]
+    lo, hi = (float(x) for x in ci[ci.index("[") + 1 : -1].split(","))
+    assert lo <= float(ci.split()[0]) <= hi
+    assert "published" in t.columns
+    md = to_markdown(t)
+    assert "published" in md and "95% CI" in md
+
+
+def test_per_position_and_workload_tables(drafts):
+    ctx = Context.build(drafts)
+    pp = per_position_table(ctx)
+    assert [r[0] for r in pp.rows] == [1, 2, 3, 4]
+    assert all(0.5 < r[3] < 1.0 for r in pp.rows)  # estimator AUC: informative
+    wt = workload_table(ctx, None)
+    rows = {r[1]: r for r in wt.rows}
+    assert set(rows) == {"easy", "mid", "hard", "all"}
+    # The position-1 intercept follows the simulated shift (0.6 + 0.4, 0.6, 0.6 - 0.6).
+    assert rows["easy"][8] > rows["mid"][8] > rows["hard"][8]
+    assert wt.extra["r_beta1_entropy"] < -0.5  # lower entropy, higher intercept
+    assert not np.isnan(wt.extra["r_slope_entropy"])
+
+
+def test_stored_estimator_prediction_is_used(drafts):
+    d = drafts.assign(estimator_pred=0.5)
+    ctx = Context.build(d)
+    assert np.all(ctx.preds["estimator"] == 0.5)
+    assert not np.all(ctx.preds["logit_qmax_fitted"] == 0.5)
+
+
+def test_write_and_reload(drafts, tmp_path):
+    from avbench.estimator.drafts import write_drafts
+
+    write_drafts(drafts, tmp_path / "run" / "drafts" / "sim.drafts.parquet")
+    inputs = load_inputs([tmp_path / "run"])
+    assert isinstance(inputs, Inputs) and len(inputs.drafts) == len(drafts)
+    md = write_tables(all_tables(inputs, n_boot=10), tmp_path / "out")
+    text = md.read_text()
+    assert text.count("### ") == 6 and "ECE (10 bins)" in text
+    feats = pd.read_csv(tmp_path / "out" / "features.csv")
+    assert list(feats["feature"])[-1] == "confidence head" and feats["published AUC"].notna().any()
+    with pytest.raises(DraftsError, match="no \\*.drafts.parquet"):
+        load_inputs([tmp_path / "out"])
+
+
+def test_partial_head_scores_compare_on_the_scored_drafts(drafts):
+    d = drafts.copy()
+    d.loc[d["workload_id"] == "hard", "head_score"] = np.nan  # a pair without a head
+    ctx = Context.build(d)
+    t = estimator_vs_head_table(ctx, n_boot=5)
+    assert t.rows[0][1] == int((d["workload_id"] != "hard").sum())
