@@ -95,15 +95,15 @@ def tables(
     bins: int = typer.Option(10, help="ECE bins (equal width)."),
     boot: int = typer.Option(200, help="Bootstrap replicates for predictor comparisons."),
     negative_slope: str = typer.Option(
-        "drop", help="Estimator guard: 'drop' (DESIGN.md §2) or 'keep-intercepts' (variant)."
+        "vllm", help="Estimator guard: 'vllm' (as vLLM's kernel) or 'drop' (whole step dropped)."
     ),
 ) -> None:
     """Regenerate every table of the study as markdown and CSV."""
     from avbench.estimator.tables import all_tables, load_inputs, write_tables
 
-    if negative_slope not in ("drop", "keep-intercepts"):
+    if negative_slope not in ("drop", "vllm"):
         raise AvbenchError(
-            f"--negative-slope: expected 'drop' or 'keep-intercepts', got {negative_slope!r}"
+            f"--negative-slope: expected 'vllm' or 'drop', got {negative_slope!r}"
         )
     if bins < 1 or boot < 0:
         raise AvbenchError(f"--bins must be >= 1 and --boot >= 0 (got {bins}, {boot})")

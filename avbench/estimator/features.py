@@ -121,7 +121,7 @@ GROUP_KEYS = ["run_id", "pair_id", "workload_id"]
 
 
 def fitted_predictions(
-    df: pd.DataFrame, raw: np.ndarray, round_steps: int = 100, negative_slope: str = "drop"
+    df: pd.DataFrame, raw: np.ndarray, round_steps: int = 100, negative_slope: str = "vllm"
 ) -> tuple[np.ndarray, dict[tuple[str, str, str], object]]:
     """Prequential online-estimator predictions for one raw feature, one estimator per
     (run, pair, workload) stream. Returns predictions in row order and replay results by group."""

@@ -57,11 +57,15 @@ class EstimatorConfig:
     ridge: float = 1e-3  # lambda on the Hessian diagonal (not on the gradient)
     damping: float = 50.0  # step scaled by n / (n + damping)
     clamp: float = F_CLAMP
-    # DESIGN.md §2 drops the whole step when the slope would turn negative ("drop"). Far from
-    # the optimum one Newton step can overshoot below zero every round, and the estimator then
-    # never leaves its cold start; "keep-intercepts" applies the intercept part alone instead
-    # (an avbench variant for study, not vLLM's documented behaviour).
-    negative_slope: Literal["drop", "keep-intercepts"] = "drop"
+    # What a NaN slope step, or one that would make the slope negative, does:
+    #   "vllm": only the slope step is masked (Δω = 0); the intercepts still take their step,
+    #           solved with Δω = 0, and a NaN intercept step is masked per position. This is
+    #           what vLLM's refit kernel does (spec_decode/acceptance_estimator.py, read from
+    #           the installed wheel), and it lets an estimator whose first Newton steps
+    #           overshoot below zero still leave its cold start through the intercepts.
+    #   "drop": the literal reading of DESIGN.md §2: the whole step (slope and intercepts) is
+    #           dropped. Kept for comparison: such an estimator can stay at (0.5, -0.2) forever.
+    negative_slope: Literal["vllm", "drop"] = "vllm"
 
 
 @dataclass(frozen=True)
@@ -90,18 +94,28 @@ def newton_update(
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         schur = a_k.sum() + lam - np.sum(b_k * b_k / den)
         d_omega = (g0_k.sum() - np.sum(b_k * g1_k / den)) / schur
-        d_beta = (g1_k - b_k * d_omega) / den
+        # The slope learns from every position: damped by the round's total count.
         n_tot = n_k.sum()
         d_omega *= n_tot / (n_tot + cfg.damping)
-        d_beta = d_beta * (n_k / (n_k + cfg.damping))
-    if not (np.isfinite(d_omega) and np.all(np.isfinite(d_beta))):
-        return omega, beta, False, "nan"
-    if omega + d_omega < 0.0:
-        # A negative slope would invert the ranking of drafts.
-        if cfg.negative_slope == "keep-intercepts":
-            return omega, beta + d_beta, False, "negative-slope"
-        return omega, beta, False, "negative-slope"
-    return float(omega + d_omega), beta + d_beta, True, ""
+    reason = ""
+    if not np.isfinite(d_omega):
+        reason = "nan"
+    elif omega + d_omega < 0.0:  # a negative slope would invert the ranking of drafts
+        reason = "negative-slope"
+    if reason:
+        if cfg.negative_slope == "drop":
+            return omega, beta, False, reason
+        d_omega = 0.0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # Intercepts are solved with the (damped, guarded) slope step actually taken.
+        d_beta = (g1_k - b_k * d_omega) / den * (n_k / (n_k + cfg.damping))
+    finite = np.isfinite(d_beta)
+    if not finite.all():
+        if cfg.negative_slope == "drop":
+            return omega, beta, False, "nan"
+        d_beta = np.where(finite, d_beta, 0.0)
+        reason = reason or "nan"
+    return float(omega + d_omega), beta + d_beta, not reason, reason
 
 
 def round_sums(

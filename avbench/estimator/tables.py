@@ -103,7 +103,7 @@ class Context:
     replays: dict[tuple[str, str, str], object]  # logit(q_max) estimator per stream
     n_bins: int = DEFAULT_BINS
     round_steps: int = 100
-    negative_slope: str = "drop"  # the estimator's guard rule (online.EstimatorConfig)
+    negative_slope: str = "vllm"  # the estimator's guard rule (online.EstimatorConfig)
 
     @classmethod
     def build(
@@ -111,7 +111,7 @@ class Context:
         df: pd.DataFrame,
         n_bins: int = DEFAULT_BINS,
         round_steps: int = 100,
-        negative_slope: str = "drop",
+        negative_slope: str = "vllm",
     ) -> Context:
         preds: dict[str, np.ndarray | None] = {}
         replays: dict = {}
@@ -300,7 +300,7 @@ def _final_params(ctx: Context, logs: pd.DataFrame | None) -> pd.DataFrame:
     for key, st in stats.iterrows():
         omega = beta1 = float("nan")
         refits, source = "0/0", "replay"
-        if logs is not None and ctx.negative_slope == "drop":  # logs use vLLM's rule
+        if logs is not None and ctx.negative_slope == "vllm":  # logs use vLLM's rule
             sel = logs[
                 (logs["run_id"] == key[0])
                 & (logs["pair_id"] == key[1])
@@ -441,7 +441,7 @@ def guard_table(ctx: Context) -> Table:
     for key, g in df.groupby(GROUP_KEYS, sort=True, observed=True):
         ix = g.index.to_numpy()
         y = df["label"].to_numpy(dtype=np.float64)[ix]
-        for rule in ("drop", "keep-intercepts"):
+        for rule in ("drop", "vllm"):
             cfg = EstimatorConfig(num_positions=k, round_steps=ctx.round_steps, negative_slope=rule)
             res = replay(
                 g["step"].to_numpy(),
@@ -456,7 +456,7 @@ def guard_table(ctx: Context) -> Table:
             rows.append([key[1], key[2], rule, applied, res.omega, b1, m.auc, m.log_loss, m.ece])
     notes = [
         "'drop' is DESIGN.md §2 (a step that would make the slope negative is dropped whole); "
-        "'keep-intercepts' still applies the intercept part of such a step (avbench variant, not vLLM).",
+        "'vllm' masks only the slope step and still moves the intercepts (what vLLM's refit kernel does).",
         "With 'drop', an estimator whose first Newton steps overshoot below zero stays at its cold start (0.5, -0.2).",
     ]
     return Table(
@@ -465,7 +465,7 @@ def guard_table(ctx: Context) -> Table:
 
 
 def all_tables(
-    inputs: Inputs, n_bins: int = DEFAULT_BINS, n_boot: int = 200, negative_slope: str = "drop"
+    inputs: Inputs, n_bins: int = DEFAULT_BINS, n_boot: int = 200, negative_slope: str = "vllm"
 ) -> list[Table]:
     ctx = Context.build(inputs.drafts, n_bins, negative_slope=negative_slope)
     return [

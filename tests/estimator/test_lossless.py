@@ -49,4 +49,6 @@ def test_lossless_command_prints_the_worked_example():
     r = CliRunner().invoke(app, ["lossless", "--pairs", "50"])
     assert r.exit_code == 0, r.output
     assert "output distribution = [0.4, 0.6]" in r.output and "NOT lossless" in r.output
-    assert "| logit(q_sampled), fitted | NO |" in r.output and "| entropy, fitted | yes |" in r.output
+    assert (
+        "| logit(q_sampled), fitted | NO |" in r.output and "| entropy, fitted | yes |" in r.output
+    )

@@ -113,16 +113,18 @@ def test_arrowhead_solve_matches_dense_solve():
     h = x.T @ (x * (p * (1 - p))[:, None]) + cfg.ridge * np.eye(1 + k)
     delta = np.linalg.solve(h, x.T @ (y - p))
     nk = np.bincount(pos, minlength=k)
-    delta[0] *= n / (n + 50)
-    delta[1:] *= nk / (nk + 50)
+    d_omega = delta[0] * n / (n + 50)
+    # As vLLM's kernel: each intercept row of the system is solved with the damped slope step.
+    g = x.T @ (y - p)
+    d_beta = (g[1:] - h[1:, 0] * d_omega) / np.diag(h)[1:] * nk / (nk + 50)
     w, b, ok, _ = newton_update(omega, beta, round_sums(f, pos, y, p, k), cfg)
     assert ok
-    assert w == pytest.approx(omega + delta[0], abs=1e-12)
-    np.testing.assert_allclose(b, beta + delta[1:], atol=1e-12)
+    assert w == pytest.approx(omega + d_omega, abs=1e-12)
+    np.testing.assert_allclose(b, beta + d_beta, atol=1e-12)
 
 
 def test_negative_slope_and_nan_steps_are_dropped():
-    cfg = EstimatorConfig(num_positions=2)
+    cfg = EstimatorConfig(num_positions=2, negative_slope="drop")
     rng = np.random.default_rng(4)
     f = rng.normal(size=2000) * 3
     pos = rng.integers(0, 2, 2000)
@@ -134,6 +136,23 @@ def test_negative_slope_and_nan_steps_are_dropped():
     sums = round_sums(f, pos, y, p, 2)
     sums[3, 0] = np.nan
     assert newton_update(0.5, np.full(2, -0.2), sums, cfg)[2:] == (False, "nan")
+
+
+def test_vllm_rule_masks_only_the_slope_step():
+    rng = np.random.default_rng(4)
+    f = rng.normal(size=2000) * 3
+    pos = rng.integers(0, 2, 2000)
+    y = (f < 0).astype(float)  # the fit wants omega < 0
+    p = sigmoid(0.5 * f - 0.2)
+    sums = round_sums(f, pos, y, p, 2)
+    w, b, ok, why = newton_update(0.5, np.full(2, -0.2), sums, EstimatorConfig(num_positions=2))
+    assert (ok, why, w) == (False, "negative-slope", 0.5)
+    a_k, b_k, c_k, g0_k, g1_k, n_k = sums
+    expected = -0.2 + g1_k / (c_k + 1e-3) * n_k / (n_k + 50)  # intercepts solved with Δω = 0
+    np.testing.assert_allclose(b, expected, atol=1e-12)
+    sums[4, 1] = np.nan  # a NaN intercept step is masked for its position only
+    w, b, ok, why = newton_update(0.5, np.full(2, -0.2), sums, EstimatorConfig(num_positions=2))
+    assert b[1] == -0.2 and b[0] != -0.2 and not ok
 
 
 def test_stateful_estimator_matches_vectorised_replay():
@@ -161,7 +180,7 @@ def test_f_is_stable_and_clamped():
     assert np.all(np.isfinite(f))
 
 
-def test_keep_intercepts_variant_leaves_the_cold_start():
+def test_vllm_rule_leaves_the_cold_start_where_drop_stays():
     # Acceptance far above the cold start's prediction and a weak slope: the first Newton step
     # overshoots below zero. DESIGN.md's rule drops it (every round, here); the variant still
     # moves the intercepts and then converges.
@@ -171,10 +190,8 @@ def test_keep_intercepts_variant_leaves_the_cold_start():
     y = (rng.random(len(f)) < sigmoid(0.1 * f + 1.8)).astype(np.int8)
     step = np.repeat(np.arange(steps), req)
     pos = np.zeros(len(f), dtype=np.int64)
-    drop = replay(step, pos, y, f, EstimatorConfig(num_positions=1))
-    keep = replay(
-        step, pos, y, f, EstimatorConfig(num_positions=1, negative_slope="keep-intercepts")
-    )
+    drop = replay(step, pos, y, f, EstimatorConfig(num_positions=1, negative_slope="drop"))
+    keep = replay(step, pos, y, f, EstimatorConfig(num_positions=1))
     assert drop.refits[0].reason == "negative-slope"
     assert not any(r.applied for r in drop.refits) and drop.omega == 0.5
     assert sum(r.applied for r in keep.refits) >= 4 and keep.beta[0] > 1.0
