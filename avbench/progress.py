@@ -24,6 +24,12 @@ class SweepReporter:
     def close(self) -> None: ...
 
 
+def make_console() -> Console:
+    """stderr console; wide enough for the tables when output goes to a file or CI log."""
+    probe = Console(stderr=True)
+    return probe if probe.is_terminal else Console(stderr=True, width=160)
+
+
 def _fmt(v, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -38,6 +44,9 @@ def cell_summary(row: dict) -> str:
             + "]"
         )
     fails = row.get("requests_failed") or 0
+    burst = row.get("stream_burst_frac") or 0
+    if burst:
+        acc += f" | ⚠ {burst:.0%} of streams arrived in one burst (see stream_burst_frac)"
     return (
         f"{row.get('output_tok_s') and round(row['output_tok_s'], 1)} tok/s | "
         f"TPOT p50 {_fmt(row.get('tpot_ms_median'))} ms | TTFT p50 {_fmt(row.get('ttft_ms_median'))} ms"
@@ -47,7 +56,7 @@ def cell_summary(row: dict) -> str:
 
 class RichReporter(SweepReporter):
     def __init__(self, console: Console | None = None):
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console()
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),

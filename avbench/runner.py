@@ -210,11 +210,11 @@ def _execute(
 
 
 def _fail_cells(store, cells, reason, kind, reporter, outcome) -> None:
+    """Record every cell of an arm that could not run; the arm's failure was already shown."""
     for c in cells:
         row = c.to_dict() | {"reason": reason, "failure_kind": kind}
         store.write_failure(row)
         outcome.failed.append(row)
-        reporter.cell_failed(c, reason)
 
 
 def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, outcome) -> None:

@@ -170,16 +170,15 @@ def sweep(
 ) -> None:
     """Launch vLLM per arm (baseline, static K, AV) and measure every cell of the sweep."""
     from pydantic import SecretStr
-    from rich.console import Console
 
     from avbench.plan import Arm
-    from avbench.progress import RichReporter, summary_table
+    from avbench.progress import RichReporter, make_console, summary_table
     from avbench.runner import SweepOptions, resume_sweep, start_sweep
 
     key = api_key or os.environ.get("OPENAI_API_KEY")
     secret = SecretStr(key) if key else None
     python = vllm_python or os.environ.get("AVBENCH_VLLM_PYTHON") or sys.executable
-    console = Console(stderr=True)
+    console = make_console()
     reporter = RichReporter(console)
     try:
         if resume is not None:
@@ -247,8 +246,11 @@ def sweep(
         f"run {outcome.store.root}: {len(outcome.finished)} cells measured, {outcome.skipped} already "
         f"done, {len(outcome.failed)} failed"
     )
+    by_reason: dict[str, list[str]] = {}
     for f in outcome.failed:
-        console.print(f"  failed {f['cell_id']}: {f['reason'].splitlines()[0]}", highlight=False)
+        by_reason.setdefault(f["reason"].splitlines()[0], []).append(f["cell_id"])
+    for reason, ids in by_reason.items():
+        console.print(f"  {len(ids)} cell(s) not measured: {reason}", highlight=False)
     if not rows:
         raise typer.Exit(1)
 

@@ -63,6 +63,8 @@ class CellData:
     # Per successful request with at least two chunks: mean tokens over chunks 1..n-1.
     request_tokens_per_step: np.ndarray = field(default_factory=_empty)
     queue_delay_s: np.ndarray = field(default_factory=_empty)  # every measured request
+    # Per successful request with >= 3 token chunks: last minus first chunk arrival (s).
+    stream_span_s: np.ndarray = field(default_factory=_empty)
     counters: SpecDecodeCounters | None = None  # /metrics delta over the window
 
     @classmethod
@@ -127,6 +129,10 @@ class CellData:
             gap_tokens=gap_tokens,
             request_tokens_per_step=per_request,
             queue_delay_s=np.array([r.queue_delay for r in measured], dtype=float),
+            stream_span_s=np.array(
+                [r.chunk_times[-1] - r.chunk_times[0] for r in ok if len(r.chunk_times) >= 3],
+                dtype=float,
+            ),
             counters=counters,
         )
 

@@ -124,3 +124,20 @@ def interactivity(data: CellData, deps: Mapping[str, Any]) -> float:
     if tpot.median <= 0:
         raise NoValue("median TPOT is not positive")
     return 1000.0 / tpot.median
+
+
+BURST_S = 1e-3
+
+
+@metric(
+    "stream_burst_frac",
+    unit="fraction",
+    inputs=("stream_span_s",),
+    definition="data quality: share of successful requests with >= 3 token chunks whose chunks "
+    f"all arrived within {BURST_S * MS:g} ms of each other, i.e. the server delivered the stream "
+    "in one burst. Above 0, TTFT, TPOT, ITL and per-request acceptance of those requests "
+    "describe the delivery, not the generation (seen with vLLM's CPU build on 2 cores).",
+)
+def stream_burst_frac(data: CellData, deps: Mapping[str, Any]) -> float:
+    spans = need(data.stream_span_s, "requests with >= 3 token chunks")
+    return float(np.mean(spans < BURST_S))
