@@ -57,7 +57,7 @@ def write_report(store: RunStore, out: Path | None = None) -> Path:
         rows=len(workloads),
         cols=1,
         subplot_titles=workloads,
-        vertical_spacing=0.08 / len(workloads),
+        vertical_spacing=min(0.15, 0.35 / len(workloads)),
     )
     arms = list(dict.fromkeys(cells["arm"]))
     palette = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692"]

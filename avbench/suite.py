@@ -195,3 +195,10 @@ def load_suite(root: Path | None = None) -> Suite:
                 f"{p.default_sweep!r} (defined: {', '.join(sorted(sweeps))})"
             )
     return Suite(pairs=pairs, workloads=workloads, sweeps=sweeps, root=root)
+
+
+def all_workloads(root: Path | None = None) -> dict[str, WorkloadSpec]:
+    """Built-in workloads, then the suite files' (which win on a shared name)."""
+    from avbench.workloads.registry import builtin_workloads
+
+    return builtin_workloads() | load_suite(root).workloads

@@ -18,12 +18,10 @@ workloads_app = typer.Typer(
 
 
 def known_workloads() -> dict:
-    """Name → WorkloadSpec for every workload the CLI can resolve: built-ins, then the suite
-    files' workloads (which win on a shared name)."""
-    from avbench.suite import load_suite
-    from avbench.workloads.registry import builtin_workloads
+    """Name → WorkloadSpec for every workload the CLI can resolve."""
+    from avbench.suite import all_workloads
 
-    return builtin_workloads() | load_suite().workloads
+    return all_workloads()
 
 
 def resolve_workload(name: str):

@@ -100,6 +100,39 @@ def test_two_cells_agree_with_the_servers_own_counters(tmp_path):
             env={"OPENAI_API_KEY": key},
         )
         after = httpx.get(f"{server.base_url}/metrics", headers=headers).text
+        # MT-Bench on the same server: turn 2 must carry the model's real turn-1 answer.
+        run_avbench(
+            "sweep",
+            "--pair",
+            "tiny-cpu",
+            "--endpoint",
+            server.base_url,
+            "--arm",
+            "static-k3",
+            "--workloads",
+            "mt-bench-tiny",
+            "--concurrencies",
+            "2",
+            "--warmup",
+            "0",
+            "--requests",
+            "3",
+            "--results",
+            str(tmp_path),
+            "--run-id",
+            "mt",
+            env={"OPENAI_API_KEY": key},
+        )
+    mt = RunStore.open(tmp_path / "mt").records_frame()
+    assert len(mt) == 6 and set(mt["turn"]) == {0, 1}
+    for _, turns in mt.groupby("conversation_id"):
+        first, second = turns.sort_values("turn").itertuples()
+        sent = json.loads(second.prompt_messages)
+        assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+        assert sent[1]["content"] == first.output_text and len(first.output_text) > 0
+        assert (
+            first.output_text in second.prompt_messages or first.output_text in sent[1]["content"]
+        )
     total = window_counters(before, after, model_name="tiny-target")
     store = RunStore.open(tmp_path / "r")
     rows = list(store.finished_cells().values())
