@@ -163,21 +163,24 @@ def _describe_arms(opts, plan, install, secrets) -> list[dict]:
     return out
 
 
-def _install_sigterm() -> None:
-    # SIGTERM (e.g. from CI or `kill`) takes the same clean path as Ctrl-C.
+def _install_sigterm():
+    """SIGTERM (e.g. from CI or `kill`) takes the same clean path as Ctrl-C.
+
+    Returns the previous handler so the caller can put it back."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt
 
     try:
-        signal.signal(signal.SIGTERM, handler)
+        return signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not in the main thread
-        pass
+        return None
 
 
 def _execute(
     store: RunStore, opts: SweepOptions, plan: list[Cell], install, reporter: SweepReporter
 ) -> SweepOutcome:
-    _install_sigterm()
+    previous_sigterm = _install_sigterm()
     outcome = SweepOutcome(store=store)
     finished = store.finished_cells()
     workloads = _WorkloadCache(opts, store)
@@ -204,6 +207,8 @@ def _execute(
         raise
     finally:
         reporter.close()
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
     status = "finished" if not outcome.failed else "finished_with_failures"
     store.update_manifest(status=status, ended_at=utcnow())
     return outcome

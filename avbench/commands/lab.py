@@ -102,9 +102,7 @@ def tables(
     from avbench.estimator.tables import all_tables, load_inputs, write_tables
 
     if negative_slope not in ("drop", "vllm"):
-        raise AvbenchError(
-            f"--negative-slope: expected 'vllm' or 'drop', got {negative_slope!r}"
-        )
+        raise AvbenchError(f"--negative-slope: expected 'vllm' or 'drop', got {negative_slope!r}")
     if bins < 1 or boot < 0:
         raise AvbenchError(f"--bins must be >= 1 and --boot >= 0 (got {bins}, {boot})")
     inputs = load_inputs(runs)

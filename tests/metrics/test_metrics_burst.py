@@ -4,8 +4,14 @@ from avbench.records import RequestRecord
 
 def _rec(i, times):
     return RequestRecord(
-        conversation_id=f"c/{i}", turn=0, sent_at=0.0, ttft=times[0], e2e=times[-1],
-        chunk_times=list(times), chunk_tokens=[1] * len(times), completion_tokens=len(times),
+        conversation_id=f"c/{i}",
+        turn=0,
+        sent_at=0.0,
+        ttft=times[0],
+        e2e=times[-1],
+        chunk_times=list(times),
+        chunk_tokens=[1] * len(times),
+        completion_tokens=len(times),
     )
 
 
