@@ -347,6 +347,40 @@ def select_conversations(
     return picked[:warmup], picked[warmup:]
 
 
+# Latency and volume columns repeated per turn for multi-turn workloads (MT-Bench): a second
+# turn has a longer prompt (the first answer is in it), so its TTFT is not the first turn's.
+PER_TURN_COLUMNS = (
+    "requests_ok",
+    "requests_failed",
+    "output_tokens",
+    "ttft_ms_median",
+    "ttft_ms_p90",
+    "tpot_ms_median",
+    "itl_ms_median",
+    "e2e_ms_median",
+)
+
+
+def per_turn_columns(records, window_s: float, gpus: int) -> dict:
+    """``turn<k>_<column>`` for each turn when the cell holds more than one turn."""
+    from avbench.metrics import compute_cell_metrics
+
+    turns = sorted({r.turn for r in records})
+    if len(turns) < 2:
+        return {}
+    out = {}
+    for t in turns:
+        m = compute_cell_metrics(
+            [r for r in records if r.turn == t],
+            window_s=window_s,
+            gpus=gpus,
+            counters_before=None,
+            counters_after=None,
+        )
+        out |= {f"turn{t + 1}_{c}": m.values.get(c) for c in PER_TURN_COLUMNS}
+    return out
+
+
 def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> dict:
     from avbench.loadgen.client import run_drive
     from avbench.metrics import compute_cell_metrics
@@ -433,5 +467,6 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> di
     }
     row |= metrics.values
     row["metric_notes"] = list(metrics.notes) or None
+    row |= per_turn_columns(measured_records, window, _gpus(opts))
     store.write_cell(row, records, scrapes)
     return row

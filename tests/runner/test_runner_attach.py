@@ -61,6 +61,12 @@ def test_attach_sweep_stores_every_cell(tmp_path, fake_server):
         assert row["output_tokens"] == 12 * len(measured)
         assert row["chunk_tokens_mean"] == pytest.approx(3.0)
         assert row["output_tok_s"] > 0 and row["tpot_ms_median"] > 0
+    mt_row = rows["static-k3__mt-bench-tiny__c1__rep0"]
+    # Per-turn metrics are kept apart for the two-turn workload, and add up to the cell's.
+    assert mt_row["turn1_requests_ok"] == mt_row["turn2_requests_ok"] == 5
+    assert mt_row["turn1_output_tokens"] + mt_row["turn2_output_tokens"] == mt_row["output_tokens"]
+    assert mt_row["turn2_ttft_ms_median"] > 0
+    assert not any(k.startswith("turn") for k in rows["static-k3__gsm8k-tiny__c1__rep0"])
     mt = store.records_frame("static-k3__mt-bench-tiny__c1__rep0")
     assert set(mt["turn"]) == {0, 1}  # MT-Bench sends its real second turn
     for conv_id, turns in mt.groupby("conversation_id"):
