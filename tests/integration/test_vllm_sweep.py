@@ -67,6 +67,16 @@ def serve(pair_name: str, arm: Arm, tmp_path: Path, key: str | None = None) -> S
     )
 
 
+def attach_sweep(url, results, run_id, workload, concurrencies, requests, key):
+    """`avbench sweep --endpoint` on the tiny pair's static-k3 server, no warmup."""
+    run_avbench(
+        "sweep", "--pair", "tiny-cpu", "--endpoint", url, "--arm", "static-k3",
+        "--workloads", workload, "--concurrencies", concurrencies, "--warmup", "0",
+        "--requests", str(requests), "--results", str(results), "--run-id", run_id,
+        env={"OPENAI_API_KEY": key},
+    )  # fmt: skip
+
+
 def accept_pos(row: dict) -> list[float]:
     return [row[f"accept_pos_{i}"] for i in range(8) if row.get(f"accept_pos_{i}") is not None]
 
@@ -77,52 +87,10 @@ def test_two_cells_agree_with_the_servers_own_counters(tmp_path):
     with serve("tiny-cpu", Arm("static", 3), tmp_path, key) as server:
         server.wait_ready(headers)
         before = httpx.get(f"{server.base_url}/metrics", headers=headers).text
-        run_avbench(
-            "sweep",
-            "--pair",
-            "tiny-cpu",
-            "--endpoint",
-            server.base_url,
-            "--arm",
-            "static-k3",
-            "--workloads",
-            "gsm8k-tiny",
-            "--concurrencies",
-            "1,4",
-            "--warmup",
-            "0",
-            "--requests",
-            "8",
-            "--results",
-            str(tmp_path),
-            "--run-id",
-            "r",
-            env={"OPENAI_API_KEY": key},
-        )
+        attach_sweep(server.base_url, tmp_path, "r", "gsm8k-tiny", "1,4", 8, key)
         after = httpx.get(f"{server.base_url}/metrics", headers=headers).text
         # MT-Bench on the same server: turn 2 must carry the model's real turn-1 answer.
-        run_avbench(
-            "sweep",
-            "--pair",
-            "tiny-cpu",
-            "--endpoint",
-            server.base_url,
-            "--arm",
-            "static-k3",
-            "--workloads",
-            "mt-bench-tiny",
-            "--concurrencies",
-            "2",
-            "--warmup",
-            "0",
-            "--requests",
-            "3",
-            "--results",
-            str(tmp_path),
-            "--run-id",
-            "mt",
-            env={"OPENAI_API_KEY": key},
-        )
+        attach_sweep(server.base_url, tmp_path, "mt", "mt-bench-tiny", "2", 3, key)
     mt = RunStore.open(tmp_path / "mt").records_frame()
     assert len(mt) == 6 and set(mt["turn"]) == {0, 1}
     for _, turns in mt.groupby("conversation_id"):
