@@ -80,12 +80,10 @@ class _Conn:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self.close()
-            self.connection_lost(exc)
+            self._lost(exc)
             return
         if not data:
-            self.close()
-            self.connection_lost(None)
+            self._lost(None)
             return
         if anc:
             # Kernel receive time (CLOCK_REALTIME) moved onto the perf_counter clock: the
@@ -97,6 +95,11 @@ class _Conn:
                 self.data_received(data, (sec * 1_000_000_000 + nsec - off) * 1e-9)
                 return
         self.data_received(data, _perf())
+
+    def _lost(self, exc: Exception | None) -> None:
+        """The socket failed (exc) or the peer closed it (None): close and report once."""
+        self.close()
+        self.connection_lost(exc)
 
     def send(self, data: bytes) -> None:
         try:
@@ -113,8 +116,7 @@ class _Conn:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self.close()
-            self.connection_lost(exc)
+            self._lost(exc)
             return
         self.pending = self.pending[n:]
         if not self.pending:
