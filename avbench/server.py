@@ -8,6 +8,8 @@ whole group: SIGTERM, then SIGKILL after a grace period, then a check that the p
 from __future__ import annotations
 
 import ast
+import contextlib
+import errno
 import json
 import os
 import signal
@@ -23,9 +25,9 @@ from pathlib import Path
 
 import httpx
 
-from avbench.errors import ServerError, UnsupportedArm
+from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.plan import Arm
-from avbench.suite import Pair
+from avbench.suite import Pair, Sweep
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 REDACTED = "***"
@@ -72,11 +74,28 @@ def probe_vllm(python: str = sys.executable) -> VllmInstall:
         )
     except (FileNotFoundError, PermissionError) as exc:
         raise ServerError(
-            f"cannot run Python interpreter {python!r} to launch vLLM: {exc}"
+            f"--vllm-python {python}: cannot run it to launch vLLM ({exc.strerror})"
         ) from None
+    except subprocess.TimeoutExpired:
+        raise ServerError(
+            f"--vllm-python {python}: no answer to the vLLM probe (a Python snippet) within 60 s"
+        ) from None
+    said = (res.stderr.strip() or res.stdout.strip()).splitlines()
+    last = f": {said[-1][:300]}" if said else " and printed nothing"
     if res.returncode != 0:
-        raise ServerError(f"probing vLLM with {python!r} failed: {res.stderr.strip()[-300:]}")
-    info = json.loads(res.stdout.strip().splitlines()[-1])
+        raise ServerError(
+            f"--vllm-python {python}: running a Python snippet to find vLLM exited with code "
+            f"{res.returncode}{last} (is it a Python interpreter?)"
+        )
+    try:
+        info = json.loads(res.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        info = None
+    if not isinstance(info, dict) or not {"distribution", "speculative_py"} <= info.keys():
+        raise ServerError(
+            f"--vllm-python {python}: did not answer the vLLM probe like a Python interpreter"
+            f"{last}"
+        )
     fields: frozenset[str] = frozenset()
     if info["speculative_py"]:
         fields = _dataclass_fields(Path(info["speculative_py"]), "SpeculativeConfig")
@@ -106,6 +125,18 @@ def require_vllm(install: VllmInstall) -> None:
 
 def check_arm_supported(pair: Pair, arm: Arm, install: VllmInstall) -> None:
     """Raise UnsupportedArm with a plain reason when this vLLM cannot run the arm."""
+    if arm.kind == "dyn":
+        if "num_speculative_tokens_per_batch_size" not in install.spec_config_fields:
+            raise UnsupportedArm(
+                f"{arm.name}: vLLM {install.version} has no num_speculative_tokens_per_batch_size "
+                "option (dynamic speculative decoding)"
+            )
+        if pair.data_parallel > 1:
+            raise UnsupportedArm(
+                f"{arm.name}: vLLM falls back to a fixed K under data parallelism (ranks could "
+                "pick different K), so a schedule cannot be measured with data_parallel > 1"
+            )
+        return
     if arm.kind != "av":
         return
     if "enable_adaptive_verification" not in install.spec_config_fields:
@@ -130,22 +161,41 @@ def check_arm_supported(pair: Pair, arm: Arm, install: VllmInstall) -> None:
 
 
 # ----------------------------------------------------------------------------- command line
-def speculative_config(pair: Pair, arm: Arm) -> dict | None:
+def speculative_config(pair: Pair, arm: Arm, sweep: Sweep | None = None) -> dict | None:
+    """The --speculative-config of an arm. Within a sweep every speculative arm shares the
+    drafting method and the pinned attention backend, so static-kK and av-kK differ only in
+    enable_adaptive_verification (docs/fair-comparisons.md). Without a sweep (a lone attached arm) only AV
+    departs from vLLM's defaults."""
     if arm.kind == "baseline":
         return None
     cfg: dict = {"method": pair.method, "num_speculative_tokens": arm.k}
     if pair.drafter:
         cfg["model"] = pair.resolve(pair.drafter)
     cfg.update(pair.speculative_extra)
+    draft_method = sweep.draft_method if sweep else None
     if arm.kind == "av":
         # AV ranks drafts by the drafter's distribution: it needs probabilistic draft sampling.
-        cfg["draft_sample_method"] = "probabilistic"
+        draft_method = "probabilistic"
         cfg["enable_adaptive_verification"] = True
+    if draft_method:
+        cfg["draft_sample_method"] = draft_method
+    if sweep and sweep.attention_backend:
+        cfg["attention_backend"] = sweep.attention_backend
+    if arm.kind == "dyn":
+        if sweep is None or sweep.schedule is None:
+            raise ValueError(f"{arm.name}: a dyn arm runs the sweep's schedule; none given")
+        cfg["num_speculative_tokens_per_batch_size"] = [list(e) for e in sweep.schedule]
     return cfg
 
 
 def build_command(
-    pair: Pair, arm: Arm, *, port: int, host: str = "127.0.0.1", python: str = sys.executable
+    pair: Pair,
+    arm: Arm,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    python: str = sys.executable,
+    sweep: Sweep | None = None,
 ) -> list[str]:
     cmd = [python, "-m", VLLM_MODULE, "--model", str(pair.resolve(pair.target))]
     cmd += ["--served-model-name", pair.model_name, "--host", host, "--port", str(port)]
@@ -156,7 +206,9 @@ def build_command(
     if pair.data_parallel > 1:
         cmd += ["--data-parallel-size", str(pair.data_parallel)]
     cmd += list(pair.serve_flags)
-    spec = speculative_config(pair, arm)
+    if sweep and sweep.attention_backend:
+        cmd += ["--attention-backend", sweep.attention_backend]
+    spec = speculative_config(pair, arm, sweep)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec, sort_keys=True)]
     return cmd
@@ -190,11 +242,37 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def port_holder(port: int) -> tuple[int, str] | None:
+    """(pid, command line) of the process listening on a TCP port, read from /proc (Linux)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                return int(proc.name), cmd.strip()
+        except OSError:
+            continue
+    return None
+
+
 def require_free_port(port: int, host: str = "127.0.0.1") -> None:
     if not port_is_free(port, host):
+        holder = port_holder(port)
+        who = f" by pid {holder[0]} ({holder[1][:120]})" if holder else ""
         raise ServerError(
-            f"port {port} on {host} is already in use (another server running?): stop it or "
-            "pass --port"
+            f"port {port} on {host} is already in use{who} (another server running, or one "
+            "left behind?): stop it or pass --port"
         )
 
 
@@ -214,6 +292,8 @@ class ServerProcess:
     proc: subprocess.Popen | None = None
     _tail: deque = field(default_factory=lambda: deque(maxlen=40))
     _pump: threading.Thread | None = None
+    _watchdog: subprocess.Popen | None = None
+    _watchdog_fd: int | None = None
 
     @property
     def base_url(self) -> str:
@@ -240,18 +320,73 @@ class ServerProcess:
             )
         except FileNotFoundError as exc:
             raise ServerError(f"cannot start vLLM: {exc.filename}: not found") from None
-        (self.log_path.parent / "server.pid").write_text(str(self.proc.pid))
+        self._start_watchdog()
+        try:
+            (self.log_path.parent / "server.pid").write_text(str(self.proc.pid))
+            (self.log_path.parent / "server.pgid").write_text(str(self.pgid))
+        except OSError as exc:  # e.g. disk full: no server may run unrecorded
+            self.stop()
+            error = StoreFull if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StoreError
+            raise error(
+                f"{self.log_path.parent}: cannot record the server's pid ({exc.strerror})"
+            ) from None
         self._pump = threading.Thread(target=self._copy_log, daemon=True)
         self._pump.start()
 
+    def _start_watchdog(self) -> None:
+        """A separate process that SIGKILLs the server's group if avbench dies (avbench/watchdog.py).
+
+        It holds the read end of a pipe only this process can write to (not inheritable)."""
+        read_fd, self._watchdog_fd = os.pipe()
+        try:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("watchdog.py")), str(self.pgid)],
+                stdin=read_fd,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read_fd)
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog_fd is None:
+            return
+        from avbench.watchdog import DISARM
+
+        try:
+            os.write(self._watchdog_fd, DISARM)
+        except OSError:
+            pass
+        os.close(self._watchdog_fd)
+        self._watchdog_fd = None
+        if self._watchdog is not None:
+            try:
+                self._watchdog.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._watchdog.kill()
+            self._watchdog = None
+
     def _copy_log(self) -> None:
         assert self.proc and self.proc.stdout
-        with self.log_path.open("a", encoding="utf-8", errors="replace") as fh:
-            for raw in self.proc.stdout:
-                line = redact(raw.decode("utf-8", "replace"), self.secrets)
+        fh = self.log_path.open("a", encoding="utf-8", errors="replace")
+        # Keep draining the pipe even when the log cannot be written (disk full): a server
+        # blocked on a full pipe would stall the run.
+        for raw in self.proc.stdout:
+            line = redact(raw.decode("utf-8", "replace"), self.secrets)
+            self._tail.append(line.rstrip("\n"))
+            if fh is None:
+                continue
+            try:
                 fh.write(line)
                 fh.flush()
-                self._tail.append(line.rstrip("\n"))
+            except OSError as exc:
+                self._tail.append(f"[avbench: {self.log_path} not written further: {exc}]")
+                with contextlib.suppress(OSError):
+                    fh.close()
+                fh = None
+        if fh is not None:
+            with contextlib.suppress(OSError):
+                fh.close()
 
     def log_tail(self, n: int = 40) -> str:
         if self._pump is not None:
@@ -287,6 +422,10 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
     def stop(self) -> None:
         if self.proc is None:
             return
@@ -307,6 +446,7 @@ class ServerProcess:
             pass
         if self._pump is not None:
             self._pump.join(timeout=5)
+        self._stop_watchdog()
         deadline = time.monotonic() + 15
         while not port_is_free(self.port, self.host) and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -5,21 +5,28 @@ results/<run-id>/
   cells.jsonl              one row per finished cell, appended + fsynced as each finishes
   failures.jsonl           one row per failed cell/arm with its reason (resume reruns them)
   requests/<cell>.parquet  per-request records of the cell (written before its cells.jsonl row)
+  requests/failed/<cell>.<attempt>.parquet   what a failed cell measured (never read by reports)
   scrapes/<cell>.{before,after}.prom   raw /metrics around the measured window
   arms/<arm>/server.log    the server's output, secrets redacted
+
+A crash can leave a torn last line in a .jsonl file: it is moved to <file>.torn (with a warning)
+before the next append, so a new row never lands on a fragment. A full disk (ENOSPC) stops the
+run with one line; nothing is half-written (the row is appended whole or cut back).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from avbench import __version__
-from avbench.errors import AvbenchError
+from avbench.errors import StoreError, StoreFull
 from avbench.records import RequestRecord
 
 
@@ -38,6 +45,39 @@ def utcnow() -> str:
 
 def new_run_id(pair: str) -> str:
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{pair}-{uuid.uuid4().hex[:6]}"
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id names one directory inside the results directory: no separators, no '..'."""
+    if not _RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise StoreError(
+            f"--run-id {run_id!r}: expected letters, digits, '.', '_' or '-' (no path "
+            "separators or '..'), starting with a letter or digit"
+        )
+    return run_id
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DENIED = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _store_error(exc: OSError, path: Path, run_dir: Path | None = None) -> OSError | StoreError:
+    """The one-line error for a failed write, or the OSError itself when it is unexpected."""
+    if exc.errno in _FULL:
+        resume = f"; free space, then avbench sweep --resume {run_dir}" if run_dir else ""
+        return StoreFull(f"{path}: no space left on device (results kept so far are intact{resume})")
+    if exc.errno in _DENIED:
+        return StoreError(f"{path}: not writable ({exc.strerror})")
+    if isinstance(exc, (NotADirectoryError, FileExistsError)):
+        return StoreError(f"{path}: a file is in the way where a directory is expected")
+    return exc
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -55,26 +95,64 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _append_jsonl(path: Path, row: dict) -> None:
-    line = json.dumps(row, sort_keys=True, default=str) + "\n"
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(line)
+def _repair_torn_tail(path: Path, on_warning: Callable[[str], None]) -> None:
+    """Move a last line without its newline (a crash mid-append) to ``<path>.torn``."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            if size == 0:
+                return
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return
+            fh.seek(max(0, size - (1 << 20)))
+            tail = fh.read()
+    except FileNotFoundError:
+        return
+    cut = tail.rfind(b"\n") + 1
+    keep = size - (len(tail) - cut)
+    torn = path.with_name(path.name + ".torn")
+    with torn.open("ab") as fh:
+        fh.write(tail[cut:] + b"\n")
         fh.flush()
         os.fsync(fh.fileno())
+    os.truncate(path, keep)
+    on_warning(
+        f"{path}: last line was torn (a crash mid-write); moved its {size - keep} bytes to "
+        f"{torn.name}, that cell will be measured again"
+    )
+
+
+def _append_jsonl(path: Path, row: dict, on_warning: Callable[[str], None] = warn) -> None:
+    """Append one whole line, or nothing: a failed write is cut back to where it began."""
+    _repair_torn_tail(path, on_warning)
+    line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode()
+    with path.open("ab") as fh:
+        start = fh.tell()
+        try:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except OSError:
+            os.truncate(path, start)
+            raise
 
 
 def _read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    # Only whole lines count: a last line without its newline is torn even when it parses,
+    # and is moved aside before the next append.
+    for line in path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]:
         line = line.strip()
         if not line:
             continue
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            continue  # a line torn by a crash mid-write: ignore it, the cell reruns
+            continue
     return rows
 
 
@@ -94,18 +172,21 @@ _RECORD_SCHEMA = pa.schema(
         ("completion_tokens", pa.int64()),
         ("status", pa.int32()),
         ("finish_reason", pa.string()),
+        ("response_id", pa.string()),
         ("error", pa.string()),
         ("error_kind", pa.string()),
         ("prompt_text", pa.string()),
         ("prompt_messages", pa.string()),
         ("output_text", pa.string()),
+        ("output_token_ids", pa.list_(pa.int64())),
     ]
 )
 
 
 class RunStore:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, on_warning: Callable[[str], None] = warn):
         self.root = Path(root)
+        self.on_warning = on_warning
 
     # -- layout
     @property
@@ -126,36 +207,68 @@ class RunStore:
     def requests_path(self, cell_id: str) -> Path:
         return self.root / "requests" / f"{cell_id}.parquet"
 
+    def failed_requests_path(self, cell_id: str, attempt: int) -> Path:
+        return self.root / "requests" / "failed" / f"{cell_id}.{attempt}.parquet"
+
     def scrape_path(self, cell_id: str, which: str) -> Path:
         return self.root / "scrapes" / f"{cell_id}.{which}.prom"
 
     # -- creation / opening
     @classmethod
     def create(cls, results_dir: Path, run_id: str, manifest: dict) -> RunStore:
-        store = cls(Path(results_dir) / run_id)
+        check_results_dir(results_dir)
+        store = cls(Path(results_dir) / check_run_id(run_id))
         if store.root.exists() and any(store.root.iterdir()):
-            raise AvbenchError(f"{store.root}: run directory already exists; use --resume {run_id}")
-        store.root.mkdir(parents=True, exist_ok=True)
+            raise StoreError(
+                f"{store.root}: run directory already exists; use --resume {store.root}"
+            )
+        try:
+            store.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _store_error(exc, store.root) from None
         store.write_manifest(manifest)
         return store
 
     @classmethod
     def open(cls, path: Path) -> RunStore:
         store = cls(Path(path))
-        if not store.manifest_path.exists():
-            raise AvbenchError(f"{store.root}: not a run directory (no manifest.json)")
+        if not store.manifest_path.is_file():
+            raise StoreError(f"{store.root}: not a run directory (no manifest.json)")
         return store
+
+    def require_writable(self) -> None:
+        """Resuming appends rows: refuse a read-only run directory up front, and repair tails."""
+        if not os.access(self.root, os.W_OK):
+            raise StoreError(
+                f"{self.root}: run directory is not writable (read-only?); copy it somewhere "
+                "writable to resume it"
+            )
+        for path in (self.cells_path, self.failures_path):
+            try:
+                _repair_torn_tail(path, self.on_warning)
+            except OSError as exc:
+                raise _store_error(exc, path, self.root) from None
 
     def read_manifest(self) -> dict:
         try:
-            return json.loads(self.manifest_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise AvbenchError(f"{self.manifest_path}: corrupt manifest: {exc}") from None
+            m = json.loads(self.manifest_path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StoreError(f"{self.manifest_path}: corrupt manifest (not JSON: {exc})") from None
+        except OSError as exc:
+            raise StoreError(f"{self.manifest_path}: cannot read ({exc.strerror})") from None
+        if not isinstance(m, dict):
+            raise StoreError(
+                f"{self.manifest_path}: corrupt manifest (a JSON {type(m).__name__}, expected an "
+                "object)"
+            )
+        return m
 
     def write_manifest(self, manifest: dict) -> None:
-        _atomic_write(
-            self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
-        )
+        data = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
+        try:
+            _atomic_write(self.manifest_path, data)
+        except OSError as exc:
+            raise _store_error(exc, self.manifest_path, self.root) from None
 
     def update_manifest(self, **fields) -> dict:
         m = self.read_manifest() | fields
@@ -174,27 +287,72 @@ class RunStore:
 
         A crash before the row is appended leaves the cell unfinished, so --resume reruns it.
         """
+        from avbench.cellrow import validate_row
+
         cell_id = row["cell_id"]
-        self.write_records(cell_id, records)
+        undefined = validate_row(row)
+        if undefined:
+            self.on_warning(
+                f"cell {cell_id}: column(s) {', '.join(undefined)} have no definition "
+                "(add them to avbench/cellrow.py)"
+            )
+        self._write_records(self.requests_path(cell_id), cell_id, records)
         for which, text in scrapes.items():
             if text is not None:
-                _atomic_write(self.scrape_path(cell_id, which), text.encode())
-        _append_jsonl(self.cells_path, row | {"finished_at": utcnow()})
+                path = self.scrape_path(cell_id, which)
+                try:
+                    _atomic_write(path, text.encode())
+                except OSError as exc:
+                    raise _store_error(exc, path, self.root) from None
+        self._append(self.cells_path, row | {"finished_at": utcnow()})
 
     def write_failure(self, row: dict) -> None:
-        _append_jsonl(self.failures_path, row | {"failed_at": utcnow()})
+        self._append(self.failures_path, row | {"failed_at": utcnow()})
+
+    def write_failed_cell(self, row: dict, records: Iterable[RequestRecord]) -> Path:
+        """A cell judged failed: its records go aside (one file per attempt), its row to
+        failures.jsonl. Returns the records' path."""
+        cell_id = row["cell_id"]
+        attempt = 1 + sum(f.get("cell_id") == cell_id for f in self.failures())
+        path = self.failed_requests_path(cell_id, attempt)
+        self._write_records(path, cell_id, records)
+        rel = str(path.relative_to(self.root))
+        self.write_failure(row | {"attempt": attempt, "requests_file": rel})
+        return path
 
     def write_records(self, cell_id: str, records: Iterable[RequestRecord]) -> None:
+        self._write_records(self.requests_path(cell_id), cell_id, records)
+
+    def _write_records(self, path: Path, cell_id: str, records: Iterable[RequestRecord]) -> None:
         rows = [r.to_row() | {"cell_id": cell_id} for r in records]
         table = pa.Table.from_pylist(rows, schema=_RECORD_SCHEMA)
-        path = self.requests_path(cell_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)  # frees what the partial file took
+            raise _store_error(exc, path, self.root) from None
+
+    def _append(self, path: Path, row: dict) -> None:
+        try:
+            _append_jsonl(path, row, self.on_warning)
+        except OSError as exc:
+            raise _store_error(exc, path, self.root) from None
 
     def cells_frame(self) -> pd.DataFrame:
         return pd.DataFrame(list(self.finished_cells().values()))
+
+    def read_records(self, cell_id: str) -> list[RequestRecord]:
+        """A finished cell's request records, as the load driver made them."""
+        fields = set(RequestRecord.__dataclass_fields__)
+        rows = pq.read_table(self.requests_path(cell_id)).to_pylist()
+        # None (a column older files lack) falls back to the field's default.
+        return [
+            RequestRecord(**{k: v for k, v in r.items() if k in fields and v is not None})
+            for r in rows
+        ]
 
     def records_frame(self, cell_id: str | None = None) -> pd.DataFrame:
         if cell_id is not None:
@@ -203,6 +361,16 @@ class RunStore:
         if not files:
             return pd.DataFrame(columns=_RECORD_SCHEMA.names)
         return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+def check_results_dir(results_dir: Path) -> None:
+    """--results must be (or become) a writable directory: one line naming it otherwise."""
+    path = Path(results_dir)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise StoreError(f"--results {path}: {existing} is a file, expected a directory")
+    if existing is not None and not os.access(existing, os.W_OK):
+        raise StoreError(f"--results {path}: {existing} is not writable (read-only?)")
 
 
 # ----------------------------------------------------------------------------- environment facts

@@ -10,8 +10,16 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from avbench.analysis.schedule import validate_schedule
 from avbench.errors import SuiteError
 from avbench.loadgen.config import SamplingParams
 from avbench.workloads.spec import WorkloadSpec
@@ -45,6 +53,9 @@ class Pair(BaseModel):
     chat_template_kwargs: dict | None = None
     default_sweep: str = "default"
     ready_timeout_s: float = Field(900.0, gt=0)
+    # Live captures by the avbench vLLM plugin; None: the sweep's settings (avbench/capture.py).
+    capture: list[Literal["drafts", "refits"]] | None = None
+    draft_fraction: float | None = Field(None, gt=0, le=1)
 
     @property
     def gpus_per_server(self) -> int:
@@ -79,12 +90,29 @@ class Sweep(BaseModel):
     concurrencies: list[int] = [1, 2, 4, 8, 16, 32, 64]
     rates: list[float] | None = None  # open-loop req/s instead of concurrencies
     k_values: list[int] = [1, 3, 5, 8]
-    arms: list[Literal["baseline", "static", "av"]] = ["baseline", "static", "av"]
+    arms: list[Literal["baseline", "static", "av", "dyn"]] = ["baseline", "static", "av"]
+    # Shared by every speculative arm so static-kK and av-kK differ only in AV (docs/fair-comparisons.md).
+    # None: "probabilistic" when the sweep has an AV arm, else vLLM's default.
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+    # Pinned for the target (--attention-backend) and the drafter, in every arm; None: vLLM picks.
+    attention_backend: str | None = None
+    # The dyn arm's num_speculative_tokens_per_batch_size: [[first, last, K], ...] batch sizes.
+    schedule: list[tuple[int, int, int]] | None = None
     requests_per_concurrency: int = Field(8, gt=0)  # requests = max(rpc × c, min_requests)
     min_requests: int = Field(32, gt=0)
     max_requests: int | None = Field(None, gt=0)
     warmup: int = Field(4, ge=0)  # warmup conversations per cell, outside the window
     repeats: int = Field(1, gt=0)
+    # Repeat r runs the workloads rotated by r (the estimator outlives cells: docs/fair-comparisons.md).
+    rotate_workloads: bool = False
+    # Pairs this sweep is run for by CI (the nightly workflow's matrix reads them).
+    pairs: list[str] = []
+    # Live captures on every speculative arm (avbench vLLM plugin): labeled drafts of a
+    # draft_fraction of the requests, and the online estimator's refits.
+    capture: list[Literal["drafts", "refits"]] = []
+    draft_fraction: float = Field(1.0, gt=0, le=1)
+    # A cell with a larger share of failed measured requests is a failed cell, not a result.
+    max_failed_share: float = Field(0.1, ge=0, lt=1)
     sampling: SamplingParams = SamplingParams()
 
     @field_validator("concurrencies", "k_values")
@@ -93,6 +121,34 @@ class Sweep(BaseModel):
         if not v or any(x <= 0 for x in v):
             raise ValueError("must be a non-empty list of positive integers")
         return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _valid_schedule(cls, v: list[tuple[int, int, int]] | None):
+        if v is not None:
+            validate_schedule(v)
+        return v
+
+    @model_validator(mode="after")
+    def _consistent_arms(self) -> Sweep:
+        if ("dyn" in self.arms) != (self.schedule is not None):
+            raise ValueError(
+                "a dyn arm needs a schedule and a schedule needs 'dyn' in arms "
+                f"(arms {self.arms}, schedule {self.schedule})"
+            )
+        if self.draft_sample_method == "greedy" and "av" in self.arms:
+            raise ValueError(
+                "draft_sample_method 'greedy' with an av arm: AV ranks drafts by the drafter's "
+                "distribution and needs 'probabilistic'"
+            )
+        return self
+
+    @property
+    def draft_method(self) -> str | None:
+        """The draft_sample_method every speculative arm runs with (None: vLLM's default)."""
+        if self.draft_sample_method is None and "av" in self.arms:
+            return "probabilistic"
+        return self.draft_sample_method
 
     def num_requests(self, concurrency: int) -> int:
         n = max(self.requests_per_concurrency * concurrency, self.min_requests)
@@ -194,6 +250,13 @@ def load_suite(root: Path | None = None) -> Suite:
                 f"{root / 'pairs.toml'}: pairs.{p.name}.default_sweep: unknown sweep "
                 f"{p.default_sweep!r} (defined: {', '.join(sorted(sweeps))})"
             )
+    for s in sweeps.values():
+        for name in s.pairs:
+            if name not in pairs:
+                raise SuiteError(
+                    f"{root / 'sweeps.toml'}: sweeps.{s.name}.pairs: unknown pair {name!r} "
+                    f"(defined: {', '.join(sorted(pairs))})"
+                )
     return Suite(pairs=pairs, workloads=workloads, sweeps=sweeps, root=root)
 
 

@@ -17,3 +17,49 @@ def suites_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "suites"
     shutil.copytree(SUITES, dst)
     return dst
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """Mounts real size-limited filesystems (tmpfs; needs root): ENOSPC and read-only for real.
+
+    ``small_fs(size_kb)`` returns the mount point; ``small_fs.read_only(path)`` remounts it
+    read-only; ``small_fs.fill(dir)`` fills it to the last byte. Unmounted at teardown."""
+    import subprocess
+
+    mounts: list[Path] = []
+
+    def mount(size_kb: int) -> Path:
+        point = tmp_path / f"fs{len(mounts)}"
+        point.mkdir()
+        res = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if res.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()})")
+        mounts.append(point)
+        return point
+
+    def read_only(point: Path) -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(point)], check=True)
+
+    mount.read_only = read_only  # type: ignore[attr-defined]
+    mount.fill = _fill_disk  # type: ignore[attr-defined]
+    yield mount
+    for point in reversed(mounts):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def _fill_disk(directory: Path) -> Path:
+    """Write zeros into ``directory`` until the filesystem is full (real ENOSPC)."""
+    filler = directory / "filler"
+    with filler.open("wb", buffering=0) as fh:
+        for size in (1 << 16, 4096, 512, 64, 1):
+            try:
+                while True:
+                    fh.write(b"\0" * size)
+            except OSError:
+                continue
+    return filler

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from avbench.errors import AvbenchError
+from avbench.inputs import check_non_negative
 
 
 def trace(
@@ -50,6 +51,16 @@ def trace(
         run_trace,
     )
 
+    check_non_negative(seed, "--seed")
+    for name, value in (("-k/--num-draft", num_draft), ("--prompts", prompts),
+                        ("--max-new-tokens", max_new_tokens), ("--concurrency", concurrency),
+                        ("--threads", threads)):  # fmt: skip
+        if value < 1:
+            raise AvbenchError(f"{name}: expected an integer >= 1, got {value}")
+    check_non_negative(check, "--check")
+    _check_device(device, torch)
+    if out is not None and out.exists() and not out.is_dir():
+        raise AvbenchError(f"--out {out}: is a file, expected a run directory")
     torch.set_num_threads(max(1, threads))
     paths = resolve_pair(pair, target, drafter)
     cfg = TraceConfig(
@@ -77,11 +88,26 @@ def trace(
             raise AvbenchError("emitted tokens do not follow the target distribution (see above)")
 
 
+def _check_device(device: str, torch) -> None:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise AvbenchError(f"--device {device!r}: not a torch device ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise AvbenchError(
+            f"--device {device}: this torch ({torch.__version__}) sees no CUDA device; use "
+            "--device cpu"
+        )
+
+
 def lossless(
     pairs: int = typer.Option(500, help="Random (p, q) pairs per vocabulary size."),
     seed: int = typer.Option(0),
 ) -> None:
-    """Show the worked example of DESIGN.md §3 and the exact lossless check of every feature."""
+    """Show the worked example of docs/losslessness.md and the exact lossless check of every feature."""
+    if pairs < 1:
+        raise AvbenchError(f"--pairs: expected an integer >= 1, got {pairs}")
+    check_non_negative(seed, "--seed")
     from avbench.estimator.lossless import check_features, render_check, render_worked_example
 
     typer.echo(render_worked_example())
@@ -94,20 +120,22 @@ def tables(
     out: Path = typer.Option(Path("results/tables"), help="Where tables.md and the CSVs go."),
     bins: int = typer.Option(10, help="ECE bins (equal width)."),
     boot: int = typer.Option(200, help="Bootstrap replicates for predictor comparisons."),
-    negative_slope: str = typer.Option(
-        "vllm", help="Estimator guard: 'vllm' (as vLLM's kernel) or 'drop' (whole step dropped)."
+    feature_mode: str = typer.Option(
+        "exact",
+        "--feature-mode",
+        help="logit(q_max) as stored ('exact') or rounded as vLLM's float32 kernel does ('vllm').",
     ),
 ) -> None:
     """Regenerate every table of the study as markdown and CSV."""
     from avbench.estimator.tables import all_tables, load_inputs, write_tables
 
-    if negative_slope not in ("drop", "vllm"):
-        raise AvbenchError(f"--negative-slope: expected 'vllm' or 'drop', got {negative_slope!r}")
+    if feature_mode not in ("exact", "vllm"):
+        raise AvbenchError(f"--feature-mode: expected 'exact' or 'vllm', got {feature_mode!r}")
     if bins < 1 or boot < 0:
         raise AvbenchError(f"--bins must be >= 1 and --boot >= 0 (got {bins}, {boot})")
     inputs = load_inputs(runs)
     md = write_tables(
-        all_tables(inputs, n_bins=bins, n_boot=boot, negative_slope=negative_slope), out, runs
+        all_tables(inputs, n_bins=bins, n_boot=boot, feature_mode=feature_mode), out, runs
     )
     typer.echo(md.read_text())
     typer.echo(f"wrote {md} and CSVs in {out}")

@@ -1,4 +1,4 @@
-"""`avbench pairs | plan | sweep | report`: thin wrappers over suite, plan, runner and report."""
+"""`avbench pairs | plan | sweep`: thin wrappers over suite, plan and runner."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from avbench.commands.listing import JsonOpt, print_json, print_table
 from avbench.errors import AvbenchError
 
 SuitesOpt = Annotated[
@@ -21,22 +22,18 @@ def register(app: typer.Typer) -> None:
     app.command("pairs")(pairs)
     app.command("plan")(plan)
     app.command("sweep")(sweep)
-    app.command("report")(report)
 
 
-def pairs(suites: SuitesOpt = None) -> None:
+def pairs(suites: SuitesOpt = None, as_json: Annotated[bool, JsonOpt] = False) -> None:
     """List the model pairs defined in the suite files."""
-    from rich.console import Console
-    from rich.table import Table
-
     from avbench.suite import load_suite
 
     suite = load_suite(suites)
-    t = Table(title=f"pairs ({suite.root / 'pairs.toml'})")
-    for col in ("pair", "target", "drafter", "method", "max K", "GPUs", "description"):
-        t.add_column(col)
-    for p in suite.pairs.values():
-        t.add_row(
+    if as_json:
+        print_json([p.model_dump(mode="json") for p in suite.pairs.values()])
+        return
+    rows = [
+        [
             p.name,
             p.target,
             p.drafter or "(in target)",
@@ -44,8 +41,15 @@ def pairs(suites: SuitesOpt = None) -> None:
             str(p.max_k),
             str(p.gpus_per_server),
             p.description,
-        )
-    Console().print(t)
+        ]
+        for p in suite.pairs.values()
+    ]
+    print_table(
+        f"pairs ({suite.root / 'pairs.toml'})",
+        ("pair", "target", "drafter", "method", "max K", "GPUs", "description"),
+        rows,
+        ids=("pair", "target", "drafter"),
+    )
 
 
 def _resolve(suites, pair_name, sweep_name, overrides):
@@ -69,6 +73,13 @@ def _resolve(suites, pair_name, sweep_name, overrides):
         raise AvbenchError(f"command-line override {loc}: {err['msg']}") from None
     for w in sweep.workloads:
         suite.workload(w)
+    if overrides.get("k_values"):  # --k wins over the pair's own k_values
+        too_big = [k for k in sweep.k_values if k > pair.max_k]
+        if too_big:
+            raise AvbenchError(
+                f"--k: {', '.join(map(str, too_big))} above max_k {pair.max_k} of pair {pair.name}"
+            )
+        pair = pair.model_copy(update={"k_values": sweep.k_values})
     return suite, pair, sweep
 
 
@@ -90,10 +101,18 @@ def plan(
     workloads: Annotated[str | None, typer.Option(help="Comma-separated workload ids")] = None,
     concurrencies: Annotated[str | None, typer.Option(help="e.g. 1,4,16")] = None,
     k_values: Annotated[str | None, typer.Option("--k", help="Static K list, e.g. 1,3")] = None,
+    from_run: Annotated[
+        Path | None,
+        typer.Option("--from", help="Previous run whose measured speed prices the wall time"),
+    ] = None,
+    vllm_python: Annotated[
+        str | None, typer.Option(help="Python interpreter that has vLLM (default: this one)")
+    ] = None,
+    as_json: Annotated[bool, JsonOpt] = False,
 ) -> None:
-    """Print the cells a sweep would run, without running them."""
+    """Print the cells a sweep would run, each arm's server command and the work, without
+    running them."""
     from rich.console import Console
-    from rich.table import Table
 
     from avbench.plan import arms_for, build_plan
 
@@ -102,25 +121,41 @@ def plan(
         "concurrencies": _csv_ints(concurrencies),
         "k_values": _csv_ints(k_values),
     }
-    _, p, s = _resolve(suites, pair, sweep, overrides)
+    suite, p, s = _resolve(suites, pair, sweep, overrides)
     cells = build_plan(p, s)
-    t = Table(
-        title=f"plan: pair {p.name}, sweep {s.name}: {len(cells)} cells, arms "
-        + ", ".join(a.name for a in arms_for(p, s))
-    )
-    for col in ("#", "arm", "workload", "load", "requests", "warmup", "repeat"):
-        t.add_column(col)
+    arm_names = [a.name for a in arms_for(p, s)]
+    if as_json:
+        print_json(
+            {
+                "pair": p.name,
+                "sweep": s.name,
+                "arms": arm_names,
+                "sampling": s.sampling.model_dump(mode="json"),
+                "cells": [c.to_dict() for c in cells],
+            }
+        )
+        return
+    rows = []
     for i, c in enumerate(cells):
         load = f"c={c.concurrency}" if c.rate is None else f"{c.rate:g} req/s"
-        t.add_row(
-            str(i), c.arm, c.workload, load, str(c.num_requests), str(c.warmup), str(c.repeat)
+        rows.append(
+            [str(i), c.arm, c.workload, load, str(c.num_requests), str(c.warmup), str(c.repeat)]
         )
-    Console().print(t)
+    print_table(
+        f"plan: pair {p.name}, sweep {s.name}: {len(cells)} cells, arms {', '.join(arm_names)}",
+        ("#", "arm", "workload", "load", "requests", "warmup", "repeat"),
+        rows,
+        ids=("arm", "workload"),
+    )
     smp = s.sampling
     Console().print(
         f"sampling: temperature {smp.temperature}, top_p {smp.top_p}, max_tokens {smp.max_tokens}"
         f", ignore_eos {smp.ignore_eos}"
     )
+    from avbench.commands.nightly import print_plan_work
+
+    python = vllm_python or os.environ.get("AVBENCH_VLLM_PYTHON") or sys.executable
+    print_plan_work(Console(highlight=False, soft_wrap=True), suite, p, s, cells, python, from_run)
 
 
 def sweep(
@@ -134,7 +169,9 @@ def sweep(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Run directory to complete")
     ] = None,
-    results: Annotated[Path, typer.Option("--results", help="Results directory")] = Path("results"),
+    results: Annotated[
+        Path | None, typer.Option("--results", help="Results directory (default: results)")
+    ] = None,
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     port: Annotated[int, typer.Option(help="Port for the launched vLLM server")] = 8000,
     endpoint: Annotated[
@@ -147,9 +184,25 @@ def sweep(
         int | None, typer.Option(help="With --endpoint: GPUs behind the server")
     ] = None,
     api_key: Annotated[
-        str | None, typer.Option("--api-key", help="API key (or OPENAI_API_KEY); never stored")
+        str | None,
+        typer.Option(
+            "--api-key", help="API key; visible in `ps`: prefer --api-key-file or OPENAI_API_KEY"
+        ),
     ] = None,
-    workloads: Annotated[str | None, typer.Option(help="Comma-separated workload ids")] = None,
+    api_key_file: Annotated[
+        Path | None, typer.Option("--api-key-file", help="File holding the API key; never stored")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="With --endpoint: served model (default: the one /v1/models lists)"),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="Local tokenizer dir for synthetic prompts (default: server /tokenize)"),
+    ] = None,
+    workloads: Annotated[
+        str | None, typer.Option("--workloads", "--workload", help="Comma-separated workload ids")
+    ] = None,
     concurrencies: Annotated[str | None, typer.Option(help="e.g. 1,4,16")] = None,
     k_values: Annotated[str | None, typer.Option("--k", help="Static K list, e.g. 1,3")] = None,
     arms: Annotated[
@@ -162,23 +215,85 @@ def sweep(
     temperature: Annotated[float | None, typer.Option()] = None,
     top_p: Annotated[float | None, typer.Option("--top-p")] = None,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens")] = None,
+    ignore_eos: Annotated[
+        bool, typer.Option("--ignore-eos", help="Generate max_tokens tokens, past any EOS")
+    ] = False,
+    input_len: Annotated[
+        int | None, typer.Option("--input-len", help="Synthetic workload: prompt tokens")
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option("--output-len", help="Synthetic workload: output tokens")
+    ] = None,
+    len_range: Annotated[
+        float | None,
+        typer.Option("--len-range", help="Synthetic: lengths uniform in len x (1 ± this), e.g. 0.1"),
+    ] = None,
+    capture: Annotated[
+        str | None,
+        typer.Option(help="Live captures on speculative arms: drafts,refits (avbench vLLM plugin)"),
+    ] = None,
+    draft_fraction: Annotated[
+        float | None, typer.Option(help="Share of requests whose drafts are captured")
+    ] = None,
+    capture_dir: Annotated[
+        Path | None,
+        typer.Option(help="With --endpoint: the AVBENCH_CAPTURE_DIR that server was started with"),
+    ] = None,
     ready_timeout: Annotated[float | None, typer.Option(help="Seconds to wait for /health")] = None,
     vllm_python: Annotated[
         str | None, typer.Option(help="Python interpreter that has vLLM (default: this one)")
     ] = None,
     report: Annotated[bool, typer.Option(help="Write the HTML report at the end")] = True,
+    schedule_from: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--schedule-from",
+            help="Run(s) whose best static K per concurrency to measure as one dyn arm (only "
+            "that arm unless --arms names more)",
+        ),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 3 when an arm is unsupported by this vLLM")
+    ] = False,
 ) -> None:
-    """Launch vLLM per arm (baseline, static K, AV) and measure every cell of the sweep."""
-    from pydantic import SecretStr
+    """Launch vLLM per arm (baseline, static K, AV) and measure every cell of the sweep.
 
+    Exit code: 0 every supported cell measured, 1 some cells failed, 2 bad input, 3 an arm
+    unsupported (with --strict), 4 internal error, 130 interrupted."""
+
+    from avbench.apikey import resolve_api_key
     from avbench.plan import Arm
     from avbench.progress import RichReporter, make_console, summary_table
-    from avbench.runner import SweepOptions, resume_sweep, start_sweep
+    from avbench.runner import SweepOptions, check_new_run, resume_sweep, start_sweep
 
-    key = api_key or os.environ.get("OPENAI_API_KEY")
-    secret = SecretStr(key) if key else None
+    secret = resolve_api_key(api_key, api_key_file)
     python = vllm_python or os.environ.get("AVBENCH_VLLM_PYTHON") or sys.executable
     console = make_console()
+    if resume is not None:
+        given = {
+            "--pair": pair, "--sweep": sweep, "--suites": suites, "--results": results,
+            "--run-id": run_id, "--endpoint": endpoint, "--arm": arm or None, "--gpus": gpus,
+            "--workloads": workloads, "--concurrencies": concurrencies, "--k": k_values,
+            "--arms": arms, "--warmup": warmup, "--requests": requests,
+            "--temperature": temperature, "--top-p": top_p, "--max-tokens": max_tokens,
+            "--schedule-from": schedule_from, "--capture": capture,
+            "--draft-fraction": draft_fraction, "--capture-dir": capture_dir,
+            "--model": model, "--tokenizer": tokenizer, "--ignore-eos": ignore_eos or None,
+            "--input-len": input_len, "--output-len": output_len, "--len-range": len_range,
+        }  # fmt: skip
+        ignored = [name for name, v in given.items() if v is not None]
+        if ignored:
+            raise AvbenchError(
+                f"--resume continues the stored plan; refusing {', '.join(ignored)} (they would "
+                "be ignored): start a new run to change them"
+            )
+    elif endpoint is None and (arm or gpus is not None):
+        raise AvbenchError("--arm and --gpus describe an attached server: use them with --endpoint")
+    elif capture_dir is not None and (endpoint is None or not capture_dir.is_dir()):
+        raise AvbenchError(
+            f"--capture-dir {capture_dir}: expected the existing directory an attached server "
+            "(--endpoint) writes its captures to; a launched server gets one per arm"
+        )
     reporter = RichReporter(console)
     try:
         if resume is not None:
@@ -193,32 +308,64 @@ def sweep(
                 reporter,
             )
         else:
-            if pair is None:
-                raise AvbenchError("--pair is required (or --resume RUN); see `avbench pairs`")
+            if pair is None and endpoint is None:
+                raise AvbenchError(
+                    "--pair is required (or --endpoint URL, or --resume RUN); see `avbench pairs`"
+                )
             overrides = {
                 "workloads": workloads.split(",") if workloads else None,
                 "concurrencies": _csv_ints(concurrencies),
                 "k_values": _csv_ints(k_values),
                 "arms": arms.split(",") if arms else None,
+                **_dyn_overrides(pair, schedule_from, arms),
                 "warmup": warmup,
                 "min_requests": requests,
                 "requests_per_concurrency": 1 if requests else None,
-                "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens},
+                "sampling": {
+                    "temperature": temperature,
+                    "top_p": top_p,
+                    "max_tokens": max_tokens,
+                    "ignore_eos": ignore_eos or None,
+                },
+                "capture": capture.split(",") if capture else None,
+                "draft_fraction": draft_fraction,
             }
-            suite, p, s = _resolve(suites, pair, sweep, overrides)
-            if k_values:
-                p = p.model_copy(update={"k_values": s.k_values})
+            from avbench.attach import Lengths, apply_lengths, attached_setup
+
+            lengths = Lengths(input_len, output_len, len_range)
+            if pair is None:  # attached, no suite file: an in-memory pair and sweep
+                from avbench.suite import all_workloads
+                from avbench.workloads.registry import builtin_workloads
+
+                p, s, specs = attached_setup(
+                    endpoint,
+                    model=model,
+                    arm=arm,
+                    tokenizer=tokenizer,
+                    sweep_fields={k: v for k, v in overrides.items() if k != "sampling"},
+                    sampling=overrides["sampling"],
+                    workloads=all_workloads(suites) if suites else builtin_workloads(),
+                    lengths=lengths,
+                )
+            else:
+                suite, p, s = _resolve(suites, pair, sweep, overrides)
+                specs = apply_lengths(suite.workloads, s.workloads, lengths)
+                if model is not None:
+                    p = p.model_copy(update={"served_model_name": model})
+                if tokenizer is not None:
+                    p = p.model_copy(update={"target": str(tokenizer)})
             attach_arm = None
             if endpoint:
                 try:
-                    attach_arm = Arm.parse(arm or f"static-k{p.max_k}")
+                    default = "baseline" if pair is None else f"static-k{p.max_k}"
+                    attach_arm = Arm.parse(arm or default)
                 except ValueError as exc:
                     raise AvbenchError(f"--arm: {exc}") from None
             opts = SweepOptions(
                 pair=p,
                 sweep=s,
-                workloads=suite.workloads,
-                results_dir=results,
+                workloads=specs,
+                results_dir=results or Path("results"),
                 run_id=run_id,
                 port=port,
                 endpoint=endpoint,
@@ -227,41 +374,63 @@ def sweep(
                 api_key=secret,
                 vllm_python=python,
                 ready_timeout_s=ready_timeout,
+                capture_dir=capture_dir,
             )
+            check_new_run(opts)  # bad options fail before the slower pre-flight
+            if endpoint is None:  # every server command line checked before any server starts
+                from avbench.plan import arms_for
+                from avbench.preflight import Target, require_preflight
+
+                require_preflight(
+                    [Target(p, a, suite.root / "pairs.toml", s) for a in arms_for(p, s)],
+                    python,
+                    echo=lambda line: typer.echo(line, err=True),
+                )
             outcome = start_sweep(opts, reporter)
     except KeyboardInterrupt:
         reporter.close()
         console.print(
-            "[yellow]interrupted[/]: servers stopped; finish the run with --resume RUN_DIR"
+            "[yellow]interrupted[/]: servers stopped; finish the run with --resume "
+            f"{reporter.run_dir or 'RUN_DIR'}",
+            highlight=False,
         )
         raise typer.Exit(130) from None
+    except AvbenchError as exc:
+        reporter.close()
+        if reporter.run_dir is not None and exc.exit_code == 1:
+            console.print(f"the run can continue with --resume {reporter.run_dir}", highlight=False)
+        raise
     rows = list(outcome.store.finished_cells().values())
     console.print(summary_table(rows))
     if report and rows:
         from avbench.report import write_report
 
-        html = write_report(outcome.store)
-        console.print(f"report: {html}")
+        files = write_report([outcome.store.root], static_figures=False)
+        console.print(f"report: {files.html}")
+    n = outcome.counts()
     console.print(
-        f"run {outcome.store.root}: {len(outcome.finished)} cells measured, {outcome.skipped} already "
-        f"done, {len(outcome.failed)} failed"
+        f"run {outcome.store.root}: {n['measured']} cells measured, {n['already_done']} already "
+        f"done, {n['failed']} failed, {n['unsupported']} unsupported",
+        highlight=False,
     )
     by_reason: dict[str, list[str]] = {}
-    for f in outcome.failed:
+    for f in outcome.failed + outcome.unsupported:
         by_reason.setdefault(f["reason"].splitlines()[0], []).append(f["cell_id"])
     for reason, ids in by_reason.items():
         console.print(f"  {len(ids)} cell(s) not measured: {reason}", highlight=False)
-    if not rows:
+    if outcome.failed:
+        console.print(f"rerun the failed cells with --resume {outcome.store.root}", highlight=False)
         raise typer.Exit(1)
+    if strict and outcome.unsupported:
+        raise typer.Exit(3)
 
 
-def report(
-    run: Annotated[Path, typer.Argument(help="Run directory (results/<run-id>)")],
-    out: Annotated[Path | None, typer.Option(help="HTML file (default: RUN/report.html)")] = None,
-) -> None:
-    """Write the HTML report of a run: throughput per GPU vs interactivity, one trace per arm."""
-    from avbench.report import write_report
-    from avbench.store import RunStore
+def _dyn_overrides(pair: str, runs: list[Path] | None, arms: str | None) -> dict:
+    """--schedule-from: those runs' best-static-K schedule and drafting settings, + a dyn arm."""
+    if not runs:
+        return {}
+    from avbench.report.answer import dyn_settings_from
+    from avbench.report.runs import load_runs
 
-    path = write_report(RunStore.open(run), out)
-    typer.echo(str(path))
+    kinds = [*(arms.split(",") if arms else []), "dyn"]
+    return dyn_settings_from(load_runs(runs), pair) | {"arms": list(dict.fromkeys(kinds))}

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
+from avbench.commands.listing import JsonOpt, print_json, print_table
 from avbench.errors import WorkloadError
+from avbench.inputs import check_non_negative
 
 workloads_app = typer.Typer(
     name="workloads",
@@ -32,23 +34,20 @@ def resolve_workload(name: str):
 
 
 @workloads_app.callback(invoke_without_command=True)
-def _default(ctx: typer.Context) -> None:
+def _default(ctx: typer.Context, as_json: Annotated[bool, JsonOpt] = False) -> None:
     if ctx.invoked_subcommand is None:
-        list_workloads()
+        list_workloads(as_json)
 
 
 @workloads_app.command("list")
-def list_workloads() -> None:
+def list_workloads(as_json: Annotated[bool, JsonOpt] = False) -> None:
     """List the workloads avbench knows by name."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="workloads")
-    table.add_column("name", no_wrap=True)
-    for col in ("dataset", "subset", "category", "api", "max in", "description"):
-        table.add_column(col)
-    for name, spec in sorted(known_workloads().items()):
-        table.add_row(
+    known = sorted(known_workloads().items())
+    if as_json:
+        print_json([spec.model_dump(mode="json") for _, spec in known])
+        return
+    rows = [
+        [
             name,
             spec.dataset,
             spec.subset or "",
@@ -56,8 +55,15 @@ def list_workloads() -> None:
             spec.api,
             str(spec.max_input_tokens),
             spec.description,
-        )
-    Console().print(table)
+        ]
+        for name, spec in known
+    ]
+    print_table(
+        "workloads",
+        ("name", "dataset", "subset", "category", "api", "max in", "description"),
+        rows,
+        ids=("name", "dataset", "subset", "category"),
+    )
 
 
 @workloads_app.command("show")
@@ -80,6 +86,7 @@ def show(
     """Load a workload and print count, categories, prompt lengths, turns, source, a sample."""
     from avbench.workloads.registry import load_workload
 
+    check_non_negative(seed, "--seed")
     spec = resolve_workload(name)
     overrides = {
         "data_dir": data_dir,

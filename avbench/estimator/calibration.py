@@ -1,4 +1,4 @@
-"""Ranking and calibration metrics of acceptance predictors (DESIGN.md §4).
+"""Ranking and calibration metrics of acceptance predictors (docs/losslessness.md, evaluation axes).
 
 All metrics take optional non-negative weights so a bootstrap replicate is a weight vector
 (multiplicity of each draft) and never a copy of the data; AUC sorts once per predictor

@@ -36,7 +36,7 @@ DRAFT_SCHEMA = pa.schema(
         pa.field("step", pa.int64(), nullable=False),
         pa.field("position", pa.int16(), nullable=False),
         pa.field("label", pa.int8(), nullable=False),
-        # Drafter distribution after temperature scaling (before top-p), DESIGN.md §2.
+        # Drafter distribution after temperature scaling (before top-p), docs/adaptive-verification.md.
         pa.field("q_max", pa.float64(), nullable=False),
         # f = logit(q_max) computed stably from the logits and clamped to ±40; null = derive
         # from q_max (less precise when q_max rounds to 1).
@@ -61,12 +61,34 @@ ESTIMATOR_SCHEMA = pa.schema(
         pa.field("omega", pa.float64(), nullable=False),
         pa.field("beta", pa.float64(), nullable=False),
         pa.field("n", pa.int64(), nullable=False),  # labels at this position in the round
-        pa.field("applied", pa.bool_(), nullable=False),
-        pa.field("reason", pa.string(), nullable=True),  # why a refit was dropped, else null
+        pa.field("moved", pa.bool_(), nullable=False),  # the refit changed some parameter
+        # Why vLLM's guard masked the slope step ("nan", "negative-slope"), else null; the
+        # intercepts move either way.
+        pa.field("slope_masked", pa.string(), nullable=True),
     ]
 )
 
-_KEYS = ("run_id", "pair_id", "workload_id", "request_id", "step")
+_STREAM_KEYS = ("run_id", "pair_id", "workload_id")
+_KEYS = (*_STREAM_KEYS, "request_id", "step")
+
+# Live capture (avbench.vllm_plugin): every drafted token the target verified or AV trimmed, one
+# shard per server process and flush. Same columns as DRAFT_SCHEMA, minus the stream ids (a server
+# does not know the cell) plus where each row came from; labels 1 and 0 as above, and:
+LABEL_ACCEPTED, LABEL_REJECTED = 1, 0
+LABEL_AFTER_REJECTION = -1  # verified after the first rejection of its step (no label)
+LABEL_TRIMMED = -2  # scheduled but trimmed by AV before verification (no label)
+CAPTURE_SUFFIX = ".capture.parquet"
+CAPTURE_SCHEMA = pa.schema(
+    [f for f in DRAFT_SCHEMA if f.name not in _STREAM_KEYS]
+    + [
+        # The id inside the engine (the client's id plus vLLM's suffixes); request_id is the
+        # id the client sees in the response.
+        pa.field("engine_request_id", pa.string(), nullable=False),
+        pa.field("pid", pa.int32(), nullable=False),
+        pa.field("dp_rank", pa.int16(), nullable=False),
+        pa.field("time", pa.float64(), nullable=False),  # unix seconds when the verdict was read
+    ]
+)
 
 
 def _fail(source: str, field: str, what: str) -> DraftsError:
@@ -154,6 +176,14 @@ def _check_prefix_structure(df: pd.DataFrame, source: str) -> None:
         raise _fail(
             source, "label", "a rejected draft (0) must be the last labeled draft of its step"
         )
+
+
+def captured_to_drafts(captured: pd.DataFrame, ids: dict[str, str]) -> pd.DataFrame:
+    """The labeled rows of a live capture as a DRAFT_SCHEMA frame of one stream (``ids`` gives
+    run_id, pair_id and workload_id)."""
+    lab = captured[captured["label"].isin((0, 1))]
+    out = lab.assign(**{k: ids[k] for k in _STREAM_KEYS})
+    return out[[f.name for f in DRAFT_SCHEMA]].reset_index(drop=True)
 
 
 def to_table(df: pd.DataFrame) -> pa.Table:

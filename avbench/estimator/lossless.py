@@ -1,4 +1,4 @@
-"""Exact check that trimming keeps speculative decoding lossless (DESIGN.md §3).
+"""Exact check that trimming keeps speculative decoding lossless (docs/losslessness.md).
 
 One draft slot, target p, drafter q. The drafter draws x ~ q. If the trim rule says "trim"
 for (q, x), the slot is not verified and the target samples from p itself. Otherwise standard
@@ -59,7 +59,7 @@ class WorkedExample:
 
 
 def worked_example() -> WorkedExample:
-    """DESIGN.md §3: p = [1/2, 1/2], q = [1/5, 4/5], trim when q(x) < 1/2."""
+    """docs/losslessness.md: p = [1/2, 1/2], q = [1/5, 4/5], trim when q(x) < 1/2."""
     p = [Fraction(1, 2), Fraction(1, 2)]
     q = [Fraction(1, 5), Fraction(4, 5)]
     thr = Fraction(1, 2)
@@ -140,7 +140,7 @@ def render_worked_example(ex: WorkedExample | None = None) -> str:
     ex = ex or worked_example()
     fmt = lambda xs: "[" + ", ".join(str(float(x)) for x in xs) + "]"  # noqa: E731
     lines = [
-        "Worked example (DESIGN.md §3), computed exactly in rational arithmetic:",
+        "Worked example (docs/losslessness.md), computed exactly in rational arithmetic:",
         f"  target p = {fmt(ex.p)}, drafter q = {fmt(ex.q)}, trim a draft x when q(x) < {float(ex.threshold)}",
         f"  trimmed when drawn: {['ab'[i] for i, t in enumerate(ex.trim) if t]}",
         f"  output distribution = {fmt(ex.output)}  (exact: {[str(x) for x in ex.output]})",

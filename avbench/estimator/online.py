@@ -1,17 +1,17 @@
-"""Numpy reference of vLLM's online acceptance estimator (DESIGN.md §2, PR #52228).
+"""Numpy reference of vLLM's online acceptance estimator (docs/adaptive-verification.md, PR #52228).
 
 p[i] = sigmoid(omega * f + beta[i]) with f = logit(q_max), one shared slope and one intercept per
 draft position. Labels are accumulated over a round of N decode steps into O(K) sums and one
 damped Newton step is taken at the end of the round; the arrowhead Hessian makes the solve O(K).
 
 Conventions here: positions are 0-based inside this module (beta[0] is draft position 1).
-A "step" is one engine decode step: every draft verified in that step shares the step id.
+A "step" is one call of the estimator's ``step()`` (one engine decode step): every draft graded
+in that call shares the step id, and calls that grade nothing still count toward the round.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
@@ -57,28 +57,19 @@ class EstimatorConfig:
     ridge: float = 1e-3  # lambda on the Hessian diagonal (not on the gradient)
     damping: float = 50.0  # step scaled by n / (n + damping)
     clamp: float = F_CLAMP
-    # What a NaN slope step, or one that would make the slope negative, does:
-    #   "vllm": only the slope step is masked (Δω = 0); the intercepts still take their step,
-    #           solved with Δω = 0, and a NaN intercept step is masked per position. This is
-    #           what vLLM's refit kernel does (spec_decode/acceptance_estimator.py, read from
-    #           the installed wheel), and it lets an estimator whose first Newton steps
-    #           overshoot below zero still leave its cold start through the intercepts.
-    #   "drop": the literal reading of DESIGN.md §2: the whole step (slope and intercepts) is
-    #           dropped. Kept for comparison: such an estimator can stay at (0.5, -0.2) forever.
-    negative_slope: Literal["vllm", "drop"] = "vllm"
 
 
 @dataclass(frozen=True)
 class Refit:
-    """Parameters after one end-of-round update (applied or dropped)."""
+    """Parameters after one end-of-round update."""
 
     round: int
     end_step: int  # step id of the last step of the round
     omega: float
     beta: np.ndarray
     n: np.ndarray  # labels per position in the round
-    applied: bool
-    reason: str = ""  # why a step was dropped ("nan", "negative-slope")
+    moved: bool  # the refit changed the slope or at least one intercept
+    slope_masked: str = ""  # why the slope step was masked ("nan", "negative-slope"), else ""
 
 
 def newton_update(
@@ -86,8 +77,14 @@ def newton_update(
     beta: np.ndarray,
     sums: np.ndarray,
     cfg: EstimatorConfig,
-) -> tuple[float, np.ndarray, bool, str]:
-    """One damped arrowhead Newton step from per-position sums (rows a, b, c, g0, g1, n)."""
+) -> tuple[float, np.ndarray, str]:
+    """One damped arrowhead Newton step from per-position sums (rows a, b, c, g0, g1, n).
+
+    The guard is vLLM's refit kernel's (docs/adaptive-verification.md): only the slope step is masked, to 0,
+    when it is NaN or would make the slope negative; the intercepts always take their step,
+    solved with the slope step actually taken, and a NaN intercept step is zeroed for its
+    position alone. Returns (omega, beta, why the slope step was masked or "").
+    """
     a_k, b_k, c_k, g0_k, g1_k, n_k = sums
     lam = cfg.ridge
     den = c_k + lam
@@ -97,25 +94,25 @@ def newton_update(
         # The slope learns from every position: damped by the round's total count.
         n_tot = n_k.sum()
         d_omega *= n_tot / (n_tot + cfg.damping)
-    reason = ""
+    masked = ""
     if not np.isfinite(d_omega):
-        reason = "nan"
+        masked = "nan"
     elif omega + d_omega < 0.0:  # a negative slope would invert the ranking of drafts
-        reason = "negative-slope"
-    if reason:
-        if cfg.negative_slope == "drop":
-            return omega, beta, False, reason
+        masked = "negative-slope"
+    if masked:
         d_omega = 0.0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        # Intercepts are solved with the (damped, guarded) slope step actually taken.
         d_beta = (g1_k - b_k * d_omega) / den * (n_k / (n_k + cfg.damping))
-    finite = np.isfinite(d_beta)
-    if not finite.all():
-        if cfg.negative_slope == "drop":
-            return omega, beta, False, "nan"
-        d_beta = np.where(finite, d_beta, 0.0)
-        reason = reason or "nan"
-    return float(omega + d_omega), beta + d_beta, not reason, reason
+    d_beta = np.where(np.isfinite(d_beta), d_beta, 0.0)
+    return float(omega + d_omega), beta + d_beta, masked
+
+
+def _refit_record(
+    r: int, end_step: int, before: tuple[float, np.ndarray], after: tuple, n: np.ndarray
+) -> Refit:
+    omega, beta, masked = after
+    moved = omega != before[0] or bool(np.any(beta != before[1]))
+    return Refit(r, end_step, omega, beta.copy(), n, moved, masked)
 
 
 def round_sums(
@@ -160,7 +157,8 @@ class OnlineEstimator:
     def observe_step(
         self, f: np.ndarray, pos: np.ndarray, y: np.ndarray, step: int = -1
     ) -> np.ndarray:
-        """Feed the labeled drafts of one decode step; returns the predictions made for them."""
+        """Feed the labeled drafts of one ``step()`` call (empty arrays for a call that graded
+        nothing: it still counts toward the round); returns the predictions made for them."""
         f = np.clip(np.asarray(f, dtype=np.float64), -self.cfg.clamp, self.cfg.clamp)
         pos = np.asarray(pos, dtype=np.int64)
         p = self.predict(f, pos)
@@ -173,10 +171,10 @@ class OnlineEstimator:
 
     def _refit(self) -> None:
         n = self._sums[5].copy()
-        self.omega, self.beta, ok, why = newton_update(self.omega, self.beta, self._sums, self.cfg)
-        self.refits.append(
-            Refit(len(self.refits), self._last_step, self.omega, self.beta.copy(), n, ok, why)
-        )
+        after = newton_update(self.omega, self.beta, self._sums, self.cfg)
+        rec = _refit_record(len(self.refits), self._last_step, (self.omega, self.beta), after, n)
+        self.omega, self.beta = rec.omega, rec.beta.copy()
+        self.refits.append(rec)
         self._sums[:] = 0.0
         self._steps = 0
 
@@ -201,45 +199,52 @@ def replay(
     label: np.ndarray,
     f: np.ndarray,
     cfg: EstimatorConfig | None = None,
+    num_steps: int | None = None,
 ) -> ReplayResult:
-    """Feed labeled drafts to the estimator step by step, vectorised per round.
+    """Feed labeled drafts to the estimator round by round, vectorised inside a round.
 
-    Parameters are constant inside a round, so every prediction of the round and the six sums
-    are computed at once; only the loop over rounds is sequential. ``position`` is 0-based.
-    Steps are ordered by their id; steps with no labeled draft are invisible here (in vLLM
-    they would still count toward the round of N steps).
+    ``step`` is the 0-based index of the estimator's ``step()`` call that graded the draft;
+    ``position`` is 0-based. As in vLLM, calls that grade nothing still count: a step id
+    missing from ``step`` is such a call, so round r holds steps [r·N, (r+1)·N) and every
+    complete round ends in a refit, even one without a labeled draft (which moves nothing).
+    ``num_steps`` is how many calls the stream made (default: last step id + 1); only
+    complete rounds are refit. Parameters are constant inside a round, so every prediction of
+    the round and the six sums are computed at once.
     """
     position = np.asarray(position, dtype=np.int64)
+    step = np.asarray(step, dtype=np.int64)
     if cfg is None:
         cfg = EstimatorConfig(num_positions=int(position.max()) + 1 if position.size else 1)
     n = position.size
-    pred = np.empty(n, dtype=np.float64)
-    if n == 0:
-        return ReplayResult(pred, [])
-    step = np.asarray(step)
+    last = int(step.max()) if n else -1
+    if n and int(step.min()) < 0:
+        raise ValueError("replay: step ids must be >= 0 (indices of step() calls)")
+    if num_steps is None:
+        num_steps = last + 1
+    elif num_steps <= last:
+        raise ValueError(f"replay: num_steps={num_steps} but a draft has step id {last}")
+    rs = cfg.round_steps
+    n_full = num_steps // rs  # only complete rounds are refit
     order = np.argsort(step, kind="stable")
-    s_sorted = step[order]
-    new_step = np.empty(n, dtype=bool)
-    new_step[0] = True
-    new_step[1:] = s_sorted[1:] != s_sorted[:-1]
-    step_starts = np.flatnonzero(new_step)
-    round_starts = step_starts[:: cfg.round_steps]
-    bounds = np.append(round_starts, n)
-    n_full = len(step_starts) // cfg.round_steps  # only complete rounds are refit
-
+    rounds = step[order] // rs
+    n_rounds = max(n_full, int(rounds[-1]) + 1 if n else 0)
+    bounds = np.searchsorted(rounds, np.arange(n_rounds + 1))
     fs = np.clip(np.asarray(f, dtype=np.float64)[order], -cfg.clamp, cfg.clamp)
     ps = position[order]
     ys = np.asarray(label, dtype=np.float64)[order]
     omega, beta = cfg.omega0, np.full(cfg.num_positions, cfg.beta0)
     refits: list[Refit] = []
     pred_sorted = np.empty(n, dtype=np.float64)
-    for r in range(len(round_starts)):
+    for r in range(n_rounds):
         lo, hi = bounds[r], bounds[r + 1]
         p = sigmoid(omega * fs[lo:hi] + beta[ps[lo:hi]])
         pred_sorted[lo:hi] = p
         if r < n_full:
             sums = round_sums(fs[lo:hi], ps[lo:hi], ys[lo:hi], p, cfg.num_positions)
-            omega, beta, ok, why = newton_update(omega, beta, sums, cfg)
-            refits.append(Refit(r, int(s_sorted[hi - 1]), omega, beta.copy(), sums[5], ok, why))
+            after = newton_update(omega, beta, sums, cfg)
+            rec = _refit_record(r, (r + 1) * rs - 1, (omega, beta), after, sums[5])
+            omega, beta = rec.omega, rec.beta.copy()
+            refits.append(rec)
+    pred = np.empty(n, dtype=np.float64)
     pred[order] = pred_sorted
     return ReplayResult(pred, refits)

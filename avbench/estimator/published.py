@@ -1,4 +1,4 @@
-"""Published numbers to print beside ours (DESIGN.md §5: the AV blog post and vLLM PR #52228).
+"""Published numbers to print beside ours (docs/published-numbers.md: the AV blog post and vLLM PR #52228).
 
 DeepSeek-V4-Flash + DSpark, temperature 1.0, top-p 0.95, concurrency 64, AV off, about 4.5M
 labeled drafts over SPEED-Bench 2k low/high entropy, GSM8K, HumanEval and MT-Bench. These are

@@ -1,7 +1,7 @@
 """Every table of the study, regenerated from labeled drafts (and estimator logs when stored).
 
 Each table is computed into a `Table` (pure data) and rendered to markdown and CSV. Published
-values (DESIGN.md §5) sit in their own columns whose names start with "published".
+values (docs/published-numbers.md) sit in their own columns whose names start with "published".
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from avbench.estimator.drafts import (
     read_drafts,
     read_estimator_log,
 )
-from avbench.estimator.features import FEATURES, GROUP_KEYS, fitted_predictions
+from avbench.estimator.features import FEATURES, GROUP_KEYS, FeatureMode, fitted_predictions
 from avbench.estimator.lossless import check_features
 
 
@@ -103,7 +103,7 @@ class Context:
     replays: dict[tuple[str, str, str], object]  # logit(q_max) estimator per stream
     n_bins: int = DEFAULT_BINS
     round_steps: int = 100
-    negative_slope: str = "vllm"  # the estimator's guard rule (online.EstimatorConfig)
+    feature_mode: FeatureMode = "exact"  # "vllm": logit(q_max) rounded as vLLM's kernel does
 
     @classmethod
     def build(
@@ -111,16 +111,16 @@ class Context:
         df: pd.DataFrame,
         n_bins: int = DEFAULT_BINS,
         round_steps: int = 100,
-        negative_slope: str = "vllm",
+        feature_mode: FeatureMode = "exact",
     ) -> Context:
         preds: dict[str, np.ndarray | None] = {}
         replays: dict = {}
         for feat in FEATURES:
-            raw = feat.column(df)
+            raw = feat.raw(df, feature_mode)
             if raw is None:
                 preds[feat.key] = None
             elif feat.fitted:
-                preds[feat.key], res = fitted_predictions(df, raw, round_steps, negative_slope)
+                preds[feat.key], res = fitted_predictions(df, raw, round_steps)
                 if feat.key == "logit_qmax_fitted":
                     replays = res
             else:
@@ -128,7 +128,7 @@ class Context:
         # A stored estimator prediction (e.g. logged by the server) wins over our replay.
         stored = df["estimator_pred"].to_numpy(dtype=np.float64)
         preds["estimator"] = stored if not np.isnan(stored).any() else preds["logit_qmax_fitted"]
-        return cls(df, preds, replays, n_bins, round_steps, negative_slope)
+        return cls(df, preds, replays, n_bins, round_steps, feature_mode)
 
     @property
     def y(self) -> np.ndarray:
@@ -185,7 +185,7 @@ def feature_table(ctx: Context, lossless_n: int = 500) -> Table:
         f"{len(y)} labeled drafts; ECE over {ctx.n_bins} equal-width bins of the prediction.",
         f"'fitted' = the online estimator's model and update rule (shared slope, per-position intercepts, "
         f"rounds of {ctx.round_steps} steps) replayed on that feature; each draft scored with the parameters "
-        f"in force when it was drafted; negative-slope rule '{ctx.negative_slope}'. Entropy enters negated.",
+        f"in force when it was drafted; logit(q_max) feature mode '{ctx.feature_mode}'. Entropy enters negated.",
         "lossless: exact output distribution of rejection sampling with trimming decided by the feature, over "
         f"{checks['qmax_nofit'].cases} random (p, q, threshold) cases, tolerance 1e-12.",
         f"published columns: {pub.SOURCE}.",
@@ -300,7 +300,7 @@ def _final_params(ctx: Context, logs: pd.DataFrame | None) -> pd.DataFrame:
     for key, st in stats.iterrows():
         omega = beta1 = float("nan")
         refits, source = "0/0", "replay"
-        if logs is not None and ctx.negative_slope == "vllm":  # logs use vLLM's rule
+        if logs is not None:
             sel = logs[
                 (logs["run_id"] == key[0])
                 & (logs["pair_id"] == key[1])
@@ -311,13 +311,13 @@ def _final_params(ctx: Context, logs: pd.DataFrame | None) -> pd.DataFrame:
                 omega = float(last["omega"].iloc[0])
                 b1 = last.loc[last["position"] == 1, "beta"]
                 beta1 = float(b1.iloc[0]) if len(b1) else float("nan")
-                per_round = sel.groupby("round")["applied"].first()
+                per_round = sel.groupby("round")["moved"].any()
                 refits, source = f"{int(per_round.sum())}/{len(per_round)}", "estimator log"
         if source == "replay":
             res = ctx.replays.get(tuple(str(k) for k in key)) or ctx.replays.get(key)
             if res is not None and res.refits:
                 omega, beta1 = res.omega, float(res.beta[0])
-                refits = f"{sum(r.applied for r in res.refits)}/{len(res.refits)}"
+                refits = f"{sum(r.moved for r in res.refits)}/{len(res.refits)}"
         out.append(
             {
                 "run_id": key[0], "pair_id": key[1], "workload_id": key[2], "n": int(st["n"]),
@@ -344,7 +344,7 @@ def workload_table(ctx: Context, logs: pd.DataFrame | None) -> Table:
         "drafts",
         "acceptance",
         "mean draft entropy (nats)",
-        "refits applied/total",
+        "refits that moved/total",
         "slope ω",
         "position-1 intercept β1",
         "source",
@@ -365,23 +365,24 @@ def workload_table(ctx: Context, logs: pd.DataFrame | None) -> Table:
         for r in fp.itertuples()
     ]
     lo, hi = pub.SLOPE_RANGE_WORKLOADS
-    # Streams whose estimator never applied a refit still hold the cold start: they would
-    # correlate the guard's behaviour, not the fit, so they are left out.
+    # Streams where no refit moved any parameter still hold the cold start: they would
+    # correlate the absence of data, not the fit, so they are left out. A refit whose slope
+    # step was masked still moves the intercepts: such streams stay in.
     moved = fp[fp["refits"].map(lambda r: not str(r).startswith("0/"))]
     r_w = _corr(moved["omega"].to_numpy(), moved["mean_entropy"].to_numpy())
     r_b = _corr(moved["beta1"].to_numpy(), moved["mean_entropy"].to_numpy())
-    need = "n/a (needs >= 3 workloads with a refit)"
+    need = "n/a (needs >= 3 workloads whose parameters moved)"
     rows.append(
         ["published", "all", "-", None, None, None, None, f"{lo}-{hi}", pub.BETA1_TEXT, pub.SOURCE]
     )
     notes = [
-        f"correlation with mean draft entropy over the {len(moved)} streams above with at least one applied "
-        f"refit: slope r = {_fmt(r_w, 3) if not math.isnan(r_w) else need} "
+        f"correlation with mean draft entropy over the {len(moved)} streams above whose parameters moved "
+        f"in at least one refit: slope r = {_fmt(r_w, 3) if not math.isnan(r_w) else need} "
         f"(published r = {pub.R_SLOPE_ENTROPY}); position-1 intercept r = {_fmt(r_b, 3) if not math.isnan(r_b) else need} "
         f"(published r = {pub.R_BETA1_ENTROPY}).",
         f"final parameters after the last complete round of {ctx.round_steps} steps; n/a when a stream has fewer "
-        "steps. A refit is not applied when its step is NaN or would make the slope negative; with none "
-        "applied the parameters are still the cold start (0.5, -0.2).",
+        "steps. As in vLLM's refit kernel, a slope step that is NaN or would make the slope negative is "
+        "masked and the intercepts still move; a refit moves nothing only when its round has no labels.",
     ]
     extra = {"r_slope_entropy": r_w, "r_beta1_entropy": r_b}
     return Table(
@@ -419,62 +420,55 @@ def pair_table(ctx: Context, logs: pd.DataFrame | None) -> Table:
     return Table("slope_per_pair", "Fitted slope per model pair", cols, rows, notes)
 
 
-def guard_table(ctx: Context) -> Table:
-    """logit(q_max) estimator per stream under both negative-slope rules (see online.py)."""
-    from avbench.estimator.online import EstimatorConfig, replay
-
+def refit_table(ctx: Context) -> Table:
+    """What each stream's logit(q_max) estimator did at its refits (see online.newton_update)."""
     cols = [
         "pair",
         "workload",
-        "negative-slope rule",
-        "refits applied/total",
+        "run",
+        "refits",
+        "refits that moved",
+        "slope step masked (negative)",
+        "slope step masked (NaN)",
+        "refits without labels",
         "slope ω",
         "β1",
-        "AUC",
-        "log-loss",
-        f"ECE ({ctx.n_bins} bins)",
     ]
     rows = []
-    df = ctx.df
-    k = int(df["position"].max()) if len(df) else 1
-    f = FEATURES[0].column(df)
-    for key, g in df.groupby(GROUP_KEYS, sort=True, observed=True):
-        ix = g.index.to_numpy()
-        y = df["label"].to_numpy(dtype=np.float64)[ix]
-        for rule in ("drop", "vllm"):
-            cfg = EstimatorConfig(num_positions=k, round_steps=ctx.round_steps, negative_slope=rule)
-            res = replay(
-                g["step"].to_numpy(),
-                g["position"].to_numpy().astype(np.int64) - 1,
-                g["label"].to_numpy(),
-                f[ix],
-                cfg,
-            )
-            m = metrics(y, res.pred, ctx.n_bins)
-            applied = f"{sum(r.applied for r in res.refits)}/{len(res.refits)}"
-            b1 = float(res.beta[0]) if len(res.beta) else float("nan")
-            rows.append([key[1], key[2], rule, applied, res.omega, b1, m.auc, m.log_loss, m.ece])
+    for key, res in sorted(ctx.replays.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        refits = res.refits
+        rows.append(
+            [
+                key[1], key[2], key[0], len(refits), sum(r.moved for r in refits),
+                sum(r.slope_masked == "negative-slope" for r in refits),
+                sum(r.slope_masked == "nan" for r in refits),
+                sum(int(r.n.sum()) == 0 for r in refits),
+                res.omega, float(res.beta[0]) if len(res.beta) else float("nan"),
+            ]
+        )  # fmt: skip
     notes = [
-        "'drop' is DESIGN.md §2 (a step that would make the slope negative is dropped whole); "
-        "'vllm' masks only the slope step and still moves the intercepts (what vLLM's refit kernel does).",
-        "With 'drop', an estimator whose first Newton steps overshoot below zero stays at its cold start (0.5, -0.2).",
+        "vLLM's refit kernel masks only the slope step (NaN, or a slope that would turn negative); "
+        "the intercepts still take their step, solved with the slope step actually taken.",
+        f"A round of {ctx.round_steps} step() calls without a labeled draft still ends in a refit, which moves "
+        "nothing.",
     ]
-    return Table(
-        "negative_slope_guard", "Estimator under the two negative-slope rules", cols, rows, notes
-    )
+    return Table("estimator_refits", "Estimator refits per stream (logit(q_max))", cols, rows, notes)
 
 
 def all_tables(
-    inputs: Inputs, n_bins: int = DEFAULT_BINS, n_boot: int = 200, negative_slope: str = "vllm"
+    inputs: Inputs,
+    n_bins: int = DEFAULT_BINS,
+    n_boot: int = 200,
+    feature_mode: FeatureMode = "exact",
 ) -> list[Table]:
-    ctx = Context.build(inputs.drafts, n_bins, negative_slope=negative_slope)
+    ctx = Context.build(inputs.drafts, n_bins, feature_mode=feature_mode)
     return [
         feature_table(ctx),
         estimator_vs_head_table(ctx, n_boot),
         per_position_table(ctx),
         workload_table(ctx, inputs.estimator_logs),
         pair_table(ctx, inputs.estimator_logs),
-        guard_table(ctx),
+        refit_table(ctx),
     ]
 
 

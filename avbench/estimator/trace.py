@@ -7,7 +7,7 @@ emulated batch (`concurrency`): drafts verified in the same round-robin pass sha
 like drafts of one engine step in vLLM, which is what the estimator's rounds count.
 
 Features (q_max, f, entropy) come from the drafter's temperature-scaled distribution before
-top-p (DESIGN.md §2); q_sampled is the drawn token's probability under the distribution it was
+top-p (docs/adaptive-verification.md); q_sampled is the drawn token's probability under the distribution it was
 actually sampled from (after top-p), which is also the q of rejection sampling.
 """
 
@@ -60,7 +60,7 @@ class TraceConfig:
 
 
 def scaled_logits(logits, temperature: float):
-    """Temperature scaling; temperature 0 (greedy) leaves logits unscaled (DESIGN.md §2)."""
+    """Temperature scaling; temperature 0 (greedy) leaves logits unscaled (docs/adaptive-verification.md)."""
     return logits.float() if temperature == 0 else logits.float() / temperature
 
 
@@ -542,8 +542,8 @@ def estimator_log_frame(ids: dict[str, str], result) -> pd.DataFrame:
                     "omega": r.omega,
                     "beta": float(b),
                     "n": int(r.n[k]),
-                    "applied": r.applied,
-                    "reason": r.reason or None,
+                    "moved": r.moved,
+                    "slope_masked": r.slope_masked or None,
                 }
             )
     cols = [
@@ -556,8 +556,8 @@ def estimator_log_frame(ids: dict[str, str], result) -> pd.DataFrame:
         "omega",
         "beta",
         "n",
-        "applied",
-        "reason",
+        "moved",
+        "slope_masked",
     ]
     return pd.DataFrame(rows, columns=cols)
 

@@ -42,7 +42,7 @@ import httpx
 import msgspec
 
 from avbench.loadgen.config import EndpointConfig, SamplingParams
-from avbench.loadgen.transport import FastTransport
+from avbench.loadgen.transport import FastTransport, MalformedResponseError
 from avbench.records import RequestRecord
 from avbench.workloads.base import Conversation
 
@@ -154,6 +154,7 @@ class _Usage(msgspec.Struct):
 
 class _Chunk(msgspec.Struct):
     # Only the fields avbench reads: msgspec skips the rest without building objects for them.
+    id: str | None = None  # the response id; the vLLM plugin's captures are keyed by it
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
 
@@ -242,8 +243,11 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
     texts: list[str] = []
     counts: list[int] = []
     ctimes: list[float] = []
+    token_ids: list[int] = []
     exact = True
     for obj, t in zip(objs, times, strict=False):
+        if rec.response_id is None and obj.id is not None:
+            rec.response_id = obj.id
         if obj.usage is not None:
             rec.prompt_tokens = obj.usage.prompt_tokens
             rec.completion_tokens = obj.usage.completion_tokens
@@ -258,13 +262,14 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
                 continue  # the role-only first chunk carries no token
             text = d.content
             r = d.reasoning_content if d.reasoning_content is not None else d.reasoning
-            if r is not None:  # thinking tokens count as output (DESIGN.md §7)
+            if r is not None:  # thinking tokens count as output (docs/measurement.md)
                 text = r if text is None else r + text
         else:
             text = c.text
         ids = c.token_ids
         if ids is not None:
             n = len(ids)
+            token_ids += ids
         elif text is not None:
             n = 1
             exact = False
@@ -277,6 +282,7 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
     if not exact and rec.completion_tokens is not None:
         counts = reconcile_counts(counts, texts, rec.completion_tokens)
     rec.output_text = "".join(texts)
+    rec.output_token_ids = token_ids if exact else []
     s = rec.sent_at
     rec.chunk_times = [t - s for t in ctimes]
     rec.chunk_tokens = counts
@@ -402,10 +408,15 @@ class _Driver:
                 else "timeout"
             )
             rec.error_kind = kind
-            rec.error = f"{type(exc).__name__}: no data for {self.endpoint.read_timeout_s:g} s"
+            # Which timeout it was (connect, pool, write, read) is in the type and message.
+            detail = str(exc) or f"no data for {self.endpoint.read_timeout_s:g} s"
+            rec.error = f"{type(exc).__name__}: {detail}"[:300]
         except httpx.ConnectError as exc:
             rec.sent_at = rec.sent_at or started
             rec.error_kind, rec.error = "connect", f"ConnectError: {exc}"
+        except MalformedResponseError as exc:  # the bytes broke HTTP framing: not a cut
+            self._partial(rec, reads, started)
+            rec.error_kind, rec.error = "malformed", f"{type(exc).__name__}: {exc}"[:300]
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             self._partial(rec, reads, started)
             rec.error_kind = "stream_cut" if rec.sent_at else "connect"
@@ -431,7 +442,10 @@ class _Driver:
         answers: list[str] = []
         for k, user in enumerate(conv.turns):
             messages = build_messages(conv, k, answers)
-            body = build_body(self.endpoint, self.sampling, messages, self.render_prompt)
+            sampling = self.sampling
+            if conv.max_tokens is not None:
+                sampling = sampling.model_copy(update={"max_tokens": conv.max_tokens})
+            body = build_body(self.endpoint, sampling, messages, self.render_prompt)
             rec = RequestRecord(conversation_id=conv.id, turn=k, warmup=warmup)
             rec.queued_at = queued_at if k == 0 else _perf()
             rec.prompt_text = user
@@ -590,10 +604,8 @@ async def drive(
 
 
 def run_drive(*args, **kwargs) -> DriveResult:
-    """Synchronous :func:`drive` on a fresh event loop (uvloop when installed)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(drive(*args, **kwargs))
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    """Synchronous :func:`drive` on a fresh event loop (the one provenance.event_loop names)."""
+    from avbench.loadgen.provenance import event_loop
+
+    with asyncio.Runner(loop_factory=event_loop()[2]) as runner:
         return runner.run(drive(*args, **kwargs))

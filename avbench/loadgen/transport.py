@@ -16,11 +16,34 @@ and replaces the wire layer:
   then woken once, not per read (exposed as ``response.extensions["arrivals"]``);
 - an idle pool per (host, port) capped at ``max_connections``: O(1) acquire and release;
 - a lazily re-armed watchdog per connection for the read (silence) timeout, not a timer per read;
+  it also looks at a connection silent for a second (a reset uvloop did not report, see _probe);
 - httpcore's ``trace`` extension is honoured for ``http11.send_request_headers.started``, so
   callers learn the moment the request is written.
 
-Failures raise httpx's own exceptions (ConnectError, ReadTimeout, RemoteProtocolError), so code
-written against httpx handles them unchanged. Plain http:// only (vLLM serves plain HTTP).
+Failures raise httpx's own exceptions, so code written against httpx handles them unchanged:
+every OS error becomes ConnectError / ReadError / WriteError, a peer that closes early
+RemoteProtocolError, bytes that break HTTP/1.1 framing :class:`MalformedResponseError` (a
+RemoteProtocolError), and the connect / read / write / pool timeouts ConnectTimeout /
+ReadTimeout / WriteTimeout / PoolTimeout. A failed request always gives its pool slot back.
+
+Connecting tries every address the resolver returns, in its order, each within the connect
+timeout (``localhost`` often resolves to ``::1`` first while a server listens on 127.0.0.1
+only); the one that answered is tried first from then on.
+
+One retry, for the keep-alive race: a request that fails on a connection taken from the idle
+pool before any byte of its response arrived (reset, broken pipe, or the peer closing) is sent
+once more, on a new connection. The server closed that connection while it sat idle (uvicorn,
+which serves vLLM, drops idle connections after 5 s) and the request crossed the close on the
+wire, so the server never ran it: RFC 9112 §9.3.1 allows an automatic retry of a non-idempotent
+request when the client can tell it was not applied, and browsers retry exactly this case. In
+the rare event that the server did read it before dying, a completion has no side effect but the
+work, so the retry costs a duplicate generation, never a wrong record (the caller's ``trace``
+hook fires again, so its send time is the retry's). Nothing else is retried: not a timeout or a
+failure after the first response byte (the request may be running), nor a failure on a new
+connection.
+
+Interim 1xx responses (100 Continue, 103 Early Hints) are skipped. Plain http:// only (vLLM
+serves plain HTTP).
 """
 
 from __future__ import annotations
@@ -43,6 +66,13 @@ _READ_SIZE = 1 << 18
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else -1)
 _TS = struct.Struct("qq")  # struct timespec
 _CMSG_SPACE = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 0
+_HEX = b"0123456789abcdefABCDEF"
+# A connection silent this long while a response is awaited is checked directly (_probe).
+_PROBE_S = 1.0
+
+
+class MalformedResponseError(httpx.RemoteProtocolError):
+    """The server's bytes break HTTP/1.1 framing (status line, headers or chunk framing)."""
 
 
 class _Conn:
@@ -53,6 +83,7 @@ class _Conn:
         self.sock = sock
         self.closed = False
         self.pending = b""  # request bytes the kernel did not take yet
+        self.drained: asyncio.Future | None = None  # resolves when pending is written (or lost)
         self.reset()
 
     def reset(self) -> None:
@@ -82,7 +113,8 @@ class _Conn:
         except OSError as exc:
             self._lost(exc)
             return
-        if not data:
+        if not data or self.head is None:
+            # EOF, or bytes on an idle connection nobody asked anything: it is unusable.
             self._lost(None)
             return
         if anc:
@@ -96,16 +128,19 @@ class _Conn:
                 return
         self.data_received(data, _perf())
 
-    def _lost(self, exc: Exception | None) -> None:
+    def _lost(self, exc: OSError | None, writing: bool = False) -> None:
         """The socket failed (exc) or the peer closed it (None): close and report once."""
         self.close()
-        self.connection_lost(exc)
+        self.connection_lost(exc, writing)
 
     def send(self, data: bytes) -> None:
         try:
             n = self.sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
+        except OSError as exc:  # EPIPE / ECONNRESET: the peer is gone
+            self._lost(exc, writing=True)
+            return
         if n < len(data):
             self.pending = data[n:]
             self.loop.add_writer(self.sock.fileno(), self._on_writable)
@@ -116,11 +151,28 @@ class _Conn:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._lost(exc)
+            self._lost(exc, writing=True)
             return
         self.pending = self.pending[n:]
         if not self.pending:
             self.loop.remove_writer(self.sock.fileno())
+            self._drained()
+
+    async def drain(self, timeout: float | None) -> None:
+        """Wait until the kernel took the whole request or the connection ended."""
+        self.drained = self.loop.create_future()
+        try:
+            async with asyncio.timeout(timeout):
+                await self.drained
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout(f"request not written within {timeout:g} s") from exc
+        finally:
+            self.drained = None
+
+    def _drained(self) -> None:
+        d = self.drained
+        if d is not None and not d.done():
+            d.set_result(None)
 
     def close(self) -> None:
         if self.sock.fileno() >= 0:
@@ -129,21 +181,27 @@ class _Conn:
                 self.loop.remove_writer(self.sock.fileno())
             self.sock.close()
         self.closed = True
+        self.finish()  # a closed connection needs no watchdog
+        self._drained()
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: OSError | None, writing: bool = False) -> None:
         self.closed = True
-        if self.state == _BODY_EOF:
+        if self.state == _BODY_EOF and exc is None:
             self.state = _DONE
             self._wake()
             return
         if self.state != _DONE and self.head is not None:
-            self._fail(
-                httpx.RemoteProtocolError(
+            if exc is None:
+                err: Exception = httpx.RemoteProtocolError(
                     "peer closed connection without sending complete message body"
                     if self.state != _HEADERS
                     else "server disconnected without sending a response"
                 )
-            )
+            elif writing or self.pending:
+                err = httpx.WriteError(f"sending the request: {exc}")
+            else:
+                err = httpx.ReadError(str(exc))
+            self._fail(err)
 
     def data_received(self, data: bytes, t: float) -> None:
         # t: arrival time (kernel receive stamp when available), taken before any parsing
@@ -153,13 +211,13 @@ class _Conn:
             data = self.buf + data
             self.buf = b""
         try:
-            if self.state == _HEADERS:
+            while self.state == _HEADERS:  # more than once only after an interim 1xx response
                 data = self._parse_head(data)
                 if data is None:
                     return
             out = self._parse_body(data)
         except ValueError as exc:
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            self._fail(MalformedResponseError(f"malformed HTTP response: {exc}"))
             self.close()
             return
         if out:
@@ -178,15 +236,27 @@ class _Conn:
             return None
         lines = data[:end].split(b"\r\n")
         parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+        if (
+            len(parts) < 2
+            or not parts[0].startswith(b"HTTP/1.")
+            or len(parts[1]) != 3
+            or not parts[1].isdigit()
+        ):
             raise ValueError(f"bad status line {lines[0][:80]!r}")
         status = int(parts[1])
+        if status < 200:
+            if status == 101:
+                raise ValueError("101 Switching Protocols to a request that asked no upgrade")
+            return data[end + 4 :]  # interim (100 Continue, 103 Early Hints): the final follows
         reason = parts[2] if len(parts) > 2 else b""
         headers = []
         chunked = False
         length = None
+        keep_alive = parts[0] != b"HTTP/1.0"
         for line in lines[1:]:
-            k, _, v = line.partition(b":")
+            k, sep, v = line.partition(b":")
+            if not sep:
+                raise ValueError(f"bad header line {line[:80]!r}")
             k, v = k.strip(), v.strip()
             headers.append((k, v))
             lk = k.lower()
@@ -194,9 +264,18 @@ class _Conn:
                 chunked = True
             elif lk == b"content-length":
                 length = int(v)
-            elif lk == b"connection" and v.lower() == b"close":
-                self.keep_alive = False
-        if chunked:
+                if length < 0:
+                    raise ValueError(f"negative content-length {v[:20]!r}")
+            elif lk == b"connection":
+                lv = v.lower()
+                if b"close" in lv:
+                    keep_alive = False
+                elif b"keep-alive" in lv:
+                    keep_alive = True
+        self.keep_alive = keep_alive
+        if status in (204, 304):
+            self.state = _DONE  # no body, whatever the headers say
+        elif chunked:
             self.state, self.remaining = _BODY_CHUNKED, -1  # -1: expecting a size line
         elif length is not None:
             self.state, self.remaining = _BODY_CL, length
@@ -214,6 +293,8 @@ class _Conn:
             return self._dechunk(data)
         if st == _BODY_CL:
             if len(data) >= self.remaining:
+                if len(data) > self.remaining:
+                    self.keep_alive = False  # bytes beyond the body: the connection is unusable
                 out, self.remaining = data[: self.remaining], 0
                 self.state = _DONE
                 return out
@@ -221,6 +302,8 @@ class _Conn:
             return data
         if st == _BODY_EOF:
             return data
+        if data:
+            self.keep_alive = False
         return b""
 
     def _dechunk(self, data: bytes) -> bytes:
@@ -237,16 +320,20 @@ class _Conn:
                     if n - pos > 1024:
                         raise ValueError("chunk size line too long")
                     break
-                try:
-                    size = int(data[pos:eol], 16)
-                except ValueError:
-                    size = int(data[pos:eol].split(b";", 1)[0], 16)
+                line = data[pos:eol]
+                if line.strip(_HEX):  # not bare hex: a chunk extension, or garbage
+                    line = line.split(b";", 1)[0].rstrip(b" \t")
+                    if line.strip(_HEX):
+                        raise ValueError(f"bad chunk size line {data[pos:eol][:40]!r}")
+                size = int(line, 16)  # an empty line raises too
                 start = eol + 2
                 if size == 0:
                     rem, pos = -3, start
                     continue
                 end = start + size
                 if end + 2 <= n:  # common case: the whole chunk and its CRLF are here
+                    if data[end : end + 2] != b"\r\n":
+                        raise ValueError(f"chunk of {size} bytes not followed by CRLF")
                     out.append(data[start:end])
                     pos = end + 2
                     continue
@@ -262,6 +349,8 @@ class _Conn:
             elif rem == -2:
                 if n - pos < 2:
                     break
+                if data[pos : pos + 2] != b"\r\n":
+                    raise ValueError("chunk data not followed by CRLF")
                 pos += 2
                 rem = -1
             else:  # -3: trailer lines, ended by an empty line
@@ -274,8 +363,11 @@ class _Conn:
                     self.state = _DONE
                     break
         self.remaining = rem
-        if pos < n and self.state != _DONE:
-            self.buf = data[pos:]
+        if pos < n:
+            if self.state == _DONE:
+                self.keep_alive = False  # bytes beyond the body: the connection is unusable
+            else:
+                self.buf = data[pos:]
         if not out:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
@@ -295,22 +387,46 @@ class _Conn:
             w.set_exception(exc)
 
     def _arm(self) -> None:
-        if self.timer is None and self.read_timeout is not None:
-            self.timer = self.loop.call_at(self._deadline(), self._on_timer)
-
-    def _deadline(self) -> float:
-        # loop.time() and perf_counter() are both CLOCK_MONOTONIC based; convert via offset.
-        return self.loop.time() + (self.last_data + self.read_timeout - _perf())
+        if self.timer is None:
+            now = _perf()
+            due = self.last_data + _PROBE_S
+            if due <= now:
+                due = now + _PROBE_S
+            if self.read_timeout is not None:
+                due = min(due, self.last_data + self.read_timeout)
+            # loop.time() and perf_counter() are both CLOCK_MONOTONIC based; convert via offset.
+            self.timer = self.loop.call_at(self.loop.time() + (due - now), self._on_timer)
 
     def _on_timer(self) -> None:
         self.timer = None
         if self.state == _DONE or self.error is not None:
             return
-        if _perf() - self.last_data >= self.read_timeout - 1e-3:
+        silent = _perf() - self.last_data
+        if self.read_timeout is not None and silent >= self.read_timeout - 1e-3:
             self._fail(httpx.ReadTimeout(f"no data for {self.read_timeout:g} s"))
             self.close()
+            return
+        if silent >= _PROBE_S - 1e-3:
+            self._probe()
+            if self.closed:
+                return
+        self._arm()
+
+    def _probe(self) -> None:
+        """Look at a silent socket directly. uvloop (libuv's uv_poll) treats POLLERR as fatal:
+        when a reset arrives with data still unread, it runs the reader once (which reads the
+        data) and then drops it, so the reset itself is never reported."""
+        try:
+            peek = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return  # alive, just silent
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if peek:
+            self._on_readable()  # bytes the loop did not deliver
         else:
-            self._arm()
+            self._lost(None)
 
     async def next_item(self) -> tuple[float, bytes] | None:
         while True:
@@ -394,6 +510,10 @@ class _Stream(httpx.AsyncByteStream):
         self._release(reuse=False)
 
 
+def _fmt_addr(family: int, addr: tuple) -> str:
+    return f"[{addr[0]}]:{addr[1]}" if family == socket.AF_INET6 else f"{addr[0]}:{addr[1]}"
+
+
 class FastTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 keep-alive transport (no TLS, no HTTP/2) with O(1) pooling."""
 
@@ -402,11 +522,12 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._idle: dict[tuple, list[_Conn]] = {}
         self._sem: asyncio.Semaphore | None = None
         self._all: set[_Conn] = set()
-        self._addrs: dict[tuple, tuple] = {}
+        self._addrs: dict[tuple, list[tuple]] = {}  # resolved once per (host, port)
 
-    async def _acquire(self, key, tmo: dict) -> tuple[_Conn, bool]:
+    async def _acquire(self, key, tmo: dict, fresh: bool) -> tuple[_Conn, bool]:
+        """A pooled connection (unless ``fresh``), else a new one; ``(conn, reused)``."""
         idle = self._idle.get(key)
-        while idle:
+        while idle and not fresh:
             conn = idle.pop()
             if not conn.closed:
                 return conn, True
@@ -417,46 +538,91 @@ class FastTransport(httpx.AsyncBaseTransport):
                 await self._sem.acquire()
         except TimeoutError as exc:
             raise httpx.PoolTimeout("no free connection in the pool") from exc
-        loop = asyncio.get_running_loop()
-        host, port = key
         try:
-            async with asyncio.timeout(tmo.get("connect")):
-                info = self._addrs.get(key)
-                if info is None:  # resolve once per host (getaddrinfo runs in a thread)
-                    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-                    info = self._addrs[key] = infos[0]
-                family, _, proto, _, addr = info
-                sock = socket.socket(family, socket.SOCK_STREAM, proto)
-                try:
-                    sock.setblocking(False)
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    with contextlib.suppress(OSError):  # kernel RX timestamps (Linux)
-                        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-                    await loop.sock_connect(sock, addr)
-                except BaseException:
-                    sock.close()
-                    raise
-        except TimeoutError as exc:
+            sock = await self._connect(key, tmo.get("connect"))
+        except BaseException:
             self._sem.release()
-            raise httpx.ConnectTimeout(f"connect to {host}:{port} timed out") from exc
-        except OSError as exc:
-            self._sem.release()
-            raise httpx.ConnectError(f"connect to {host}:{port}: {exc}") from exc
-        conn = _Conn(loop, sock)
+            raise
+        conn = _Conn(asyncio.get_running_loop(), sock)
         conn.start()
         self._all.add(conn)
         return conn, False
+
+    async def _connect(self, key, timeout: float | None) -> socket.socket:
+        """A connected socket to the first of the host's addresses that accepts."""
+        loop = asyncio.get_running_loop()
+        host, port = key
+        infos = self._addrs.get(key)
+        if infos is None:  # getaddrinfo runs in a thread: once per host
+            try:
+                async with asyncio.timeout(timeout):
+                    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except TimeoutError as exc:
+                raise httpx.ConnectTimeout(f"resolving {host} timed out") from exc
+            except OSError as exc:
+                raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+            if not infos:
+                raise httpx.ConnectError(f"cannot resolve {host}: no address")
+            infos = self._addrs[key] = list(infos)
+        tried = []
+        timeouts = 0
+        for info in list(infos):
+            family, _, proto, _, addr = info
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM, proto)
+            except OSError as exc:
+                tried.append(f"{_fmt_addr(family, addr)}: {exc}")
+                continue
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with contextlib.suppress(OSError):  # kernel RX timestamps (Linux)
+                    sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                async with asyncio.timeout(timeout):  # each address gets the whole timeout
+                    await loop.sock_connect(sock, addr)
+            except TimeoutError:  # before OSError: TimeoutError is one
+                sock.close()
+                timeouts += 1
+                tried.append(f"{_fmt_addr(family, addr)}: timed out after {timeout:g} s")
+                continue
+            except OSError as exc:
+                sock.close()
+                tried.append(f"{_fmt_addr(family, addr)}: {exc.strerror or exc}")
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            if info is not infos[0] and info in infos:  # answered after others failed: try it first
+                infos.remove(info)
+                infos.insert(0, info)
+            return sock
+        cls = httpx.ConnectTimeout if timeouts == len(tried) else httpx.ConnectError
+        raise cls(f"connect to {host}:{port} failed: " + "; ".join(tried))
 
     def _release(self, key, conn: _Conn, reuse: bool) -> None:
         if reuse:
             conn.reset()
             self._idle.setdefault(key, []).append(conn)
         else:
+            # A reused connection keeps its slot; a dropped one frees it.
             self._all.discard(conn)
             conn.close()
-        # A reused connection keeps its slot; a dropped one frees it.
-        if not reuse:
             self._sem.release()
+
+    async def _exchange(self, conn: _Conn, wire: bytes, request: httpx.Request, tmo: dict):
+        """Write the request on ``conn`` and wait for the head of its final response."""
+        conn.read_timeout = tmo.get("read")
+        conn.head = conn.loop.create_future()
+        trace = request.extensions.get("trace")
+        if trace is not None:
+            await trace("http11.send_request_headers.started", {"request": request})
+        if not conn.closed:  # the peer may have closed it while trace ran
+            conn.send(wire)
+        if conn.pending and not conn.closed:
+            await conn.drain(tmo.get("write"))
+        conn.last_data = _perf()
+        conn._arm()
+        return await conn.head
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "http":
@@ -464,10 +630,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.max_connections)
         tmo = request.extensions.get("timeout", {})
-        trace = request.extensions.get("trace")
-        host = request.url.host
-        port = request.url.port or 80
-        key = (host, port)
+        key = (request.url.host, request.url.port or 80)
         body = request.read()
         target = request.url.raw_path
         lines = [request.method.encode() + b" " + target + b" HTTP/1.1"]
@@ -476,23 +639,16 @@ class FastTransport(httpx.AsyncBaseTransport):
                 lines.append(k + b": " + v)
         lines.append(b"content-length: " + str(len(body)).encode())
         wire = b"\r\n".join(lines) + b"\r\n\r\n" + body
-        for attempt in range(2):
-            conn, reused = await self._acquire(key, tmo)
-            loop = conn.loop
-            conn.read_timeout = tmo.get("read")
-            conn.head = loop.create_future()
-            if trace is not None:
-                await trace("http11.send_request_headers.started", {"request": request})
-            conn.last_data = _perf()
-            conn.send(wire)
+        fresh = False
+        while True:
+            conn, reused = await self._acquire(key, tmo, fresh)
             try:
-                conn._arm()
-                status, reason, headers = await conn.head
-            except httpx.RemoteProtocolError:
-                stale = reused and not conn.got_bytes
+                status, reason, headers = await self._exchange(conn, wire, request, tmo)
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
                 self._release(key, conn, False)
-                if stale and attempt == 0:
-                    continue  # the server had closed this idle connection: retry once
+                if reused and not conn.got_bytes:
+                    fresh = True  # the keep-alive race (module docstring): once, on a new one
+                    continue
                 raise
             except BaseException:
                 self._release(key, conn, False)
@@ -508,7 +664,6 @@ class FastTransport(httpx.AsyncBaseTransport):
                     "arrivals": stream,
                 },
             )
-        raise httpx.RemoteProtocolError("unreachable")
 
     async def aclose(self) -> None:
         for conn in list(self._all):

@@ -1,4 +1,4 @@
-"""Per-cell metrics (DESIGN §7): one small registered unit per metric.
+"""Per-cell metrics (docs/measurement.md): one small registered unit per metric.
 
 Entry point: :func:`compute_cell_metrics` (records + /metrics scrapes -> flat columns).
 """

@@ -1,4 +1,4 @@
-"""Acceptance metrics of one cell (DESIGN §7).
+"""Acceptance metrics of one cell (docs/measurement.md).
 
 From vLLM's ``/metrics`` counters, as deltas over the measured window, summed over engines:
 
@@ -9,7 +9,7 @@ From vLLM's ``/metrics`` counters, as deltas over the measured window, summed ov
   that reached position i). vLLM does not count draft tokens per position, so under Adaptive
   Verification a trimmed slot and a rejected one both count as "not accepted" here.
 
-From the stream itself (DESIGN §7, last bullet): each SSE chunk of a request carries the tokens
+From the stream itself (docs/measurement.md, per-request acceptance): each SSE chunk of a request carries the tokens
 of one engine step, so tokens per chunk ≈ accepted drafts + 1 for that step. The first chunk is
 the prefill step and is left out. This gives a per-request distribution the counters cannot.
 Known biases, which is why it is reported beside the counter value rather than instead of it:
@@ -73,7 +73,8 @@ def num_accepted(data: CellData, deps: Mapping[str, Any]) -> float:
     unit="ratio",
     inputs=("counters",),
     requires=("num_accepted", "num_draft_tokens"),
-    definition="acceptance rate: Δaccepted / Δdraft_tokens over the window.",
+    definition="acceptance rate: Δaccepted / Δdraft_tokens over the window, a fraction in "
+    "[0, 1] (vLLM's benchmark client prints the same ratio in percent).",
 )
 def acceptance_rate(data: CellData, deps: Mapping[str, Any]) -> float:
     return ratio(deps["num_accepted"], deps["num_draft_tokens"], "acceptance rate")

@@ -63,6 +63,8 @@ class CellData:
     # Per successful request with at least two chunks: mean tokens over chunks 1..n-1.
     request_tokens_per_step: np.ndarray = field(default_factory=_empty)
     queue_delay_s: np.ndarray = field(default_factory=_empty)  # every measured request
+    # Per successful request with a first token: client queue + connect + TTFT.
+    ttft_from_queue_s: np.ndarray = field(default_factory=_empty)
     # Per successful request with >= 3 token chunks: last minus first chunk arrival (s).
     stream_span_s: np.ndarray = field(default_factory=_empty)
     counters: SpecDecodeCounters | None = None  # /metrics delta over the window
@@ -105,6 +107,7 @@ class CellData:
             prompt = np.array([r.prompt_tokens for r in ok], dtype=float)
 
         ttft = np.array([np.nan if r.ttft is None else r.ttft for r in ok], dtype=float)
+        queued = np.array([r.queue_delay for r in ok], dtype=float) + ttft
         e2e = np.array([np.nan if r.e2e is None else r.e2e for r in ok], dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = (e2e - ttft) / (out_tokens - 1.0)
@@ -120,6 +123,7 @@ class CellData:
             requests_warmup=len(records) - len(measured),
             error_counts=errors,
             ttft_s=ttft[np.isfinite(ttft)],
+            ttft_from_queue_s=queued[np.isfinite(queued)],
             e2e_s=e2e[np.isfinite(e2e)],
             tpot_s=tpot,
             output_tokens=out_tokens,

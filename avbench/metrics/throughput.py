@@ -1,4 +1,4 @@
-"""Throughput and request-count metrics of one cell (DESIGN §7).
+"""Throughput and request-count metrics of one cell (docs/measurement.md).
 
 ``window_s`` is the measured window the caller timed (warmup excluded). Output tokens are the
 completion tokens (from usage) of the *successful* measured requests; tokens that failed or

@@ -13,9 +13,15 @@ avbench.testing.stream_server``.
 
 Faults (per request): ``http_5xx``, ``http_4xx``, ``cut`` (connection closed mid-stream),
 ``stall`` (half the stream, then silence), ``malformed`` (one chunk of broken JSON),
-``slow_first`` (first token after ``slow_first_delay_s``). Chosen by the ``x-fake-fault`` header,
-a ``@fault:<kind>`` marker in the last user message / prompt, the request's arrival index
+``slow_first`` (first token after ``slow_first_delay_s``), ``reset`` (TCP reset mid-stream),
+``bad_chunk`` (one HTTP chunk whose data is not followed by CRLF), ``interim`` (``100 Continue``
+and ``103 Early Hints`` before the response). Chosen by the ``x-fake-fault`` header, a
+``@fault:<kind>`` marker in the last user message / prompt, the request's arrival index
 (``faults_by_index``) or a seeded probability (``fault_probs``).
+
+``idle_timeout_s`` closes a keep-alive connection left idle that long after a response, as
+uvicorn's keep-alive timeout does (with a TCP reset when ``idle_reset``): the race of a client
+that reuses the connection just as the server drops it.
 """
 
 from __future__ import annotations
@@ -34,14 +40,26 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-FAULT_KINDS = ("http_5xx", "http_4xx", "cut", "stall", "malformed", "slow_first")
+FAULT_KINDS = (
+    "http_5xx",
+    "http_4xx",
+    "cut",
+    "stall",
+    "malformed",
+    "slow_first",
+    "reset",
+    "bad_chunk",
+    "interim",
+)
 _FAULT_MARK = re.compile(r"@fault:([a-z_0-9]+)")
 # Token texts: plain ASCII words so the JSON needs no escaping work per chunk.
 _VOCAB = [f" w{i}" for i in range(97)]
+_WORD_ID = re.compile(r"w(\d{1,2})")
 
 
 @dataclass
@@ -60,6 +78,9 @@ class ServerConfig:
     stall_s: float = 3600.0  # how long a stalled stream stays silent before the server drops it
     record: bool = True  # keep per-request emission logs (served at GET /_emissions)
     keep_bodies: bool = False  # keep each request's JSON body in its log (for multi-turn tests)
+    idle_timeout_s: float | None = None  # close keep-alive connections idle this long
+    idle_reset: bool = False  # ... with a TCP reset (SO_LINGER 0) instead of a FIN
+    api_key: str | None = None  # like vLLM's --api-key: 401 without "Bearer <key>"
 
 
 @dataclass
@@ -81,6 +102,7 @@ class _State:
         self.in_flight = 0
         self.max_in_flight = 0
         self.connections = 0  # connections that carried completions (keep-alive reuse: few)
+        self.idle_closed = 0  # of those, closed by idle_timeout_s
         self.emissions: list[Emission] = []
         self.rng = random.Random(cfg.fault_seed)
         self.stop = asyncio.Event()
@@ -235,6 +257,18 @@ class _SConn:
         self.waiter = None
         return True
 
+    async def wait_request(self, timeout: float) -> bool:
+        """Whether request bytes (or EOF) came within ``timeout`` seconds."""
+        if self.rbuf or self.eof:
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._more()
+        except TimeoutError:
+            self.waiter = None
+            return False
+        return True
+
     async def read_request(self) -> tuple[float, str, str, dict, bytes] | None:
         while (end := self.rbuf.find(b"\r\n\r\n")) < 0:
             if not await self._more():
@@ -292,10 +326,12 @@ class _SConn:
             self.drained = self.loop.create_future()
             await self.drained
 
-    def abort(self) -> None:
+    def abort(self, reset: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
+        if reset:  # SO_LINGER 0: close() sends a TCP RST, not a FIN
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.loop.remove_reader(self.fd)
         if self.wbuf:
             self.loop.remove_writer(self.fd)
@@ -331,12 +367,19 @@ async def _stream(
     n_out = sum(n for _, n in sched)
     want_ids = bool(body.get("return_token_ids"))
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    prompt = body.get("prompt") if api == "completions" else json.dumps(body.get("messages"))
-    prompt_tokens = max(1, len(str(prompt)) // 4)
+    if api == "completions":
+        prompt_tokens = max(1, len(tokenize(str(body.get("prompt")))))
+    else:
+        prompt_tokens = max(1, len(json.dumps(body.get("messages"))) // 4)
     em = Emission(idx, received, api, fault, f"<{idx}>", body=body if cfg.keep_bodies else None)
     if cfg.record:
         st.emissions.append(em)
     r = _Renderer(api, f"{idx:016x}", cfg.model, int(time.time()), want_ids)
+    if fault == "interim":
+        writer.write(
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+            b"HTTP/1.1 103 Early Hints\r\nlink: </v1/models>; rel=preload\r\n\r\n"
+        )
     writer.write(
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
         b"transfer-encoding: chunked\r\n\r\n"
@@ -344,14 +387,17 @@ async def _stream(
     if r.role is not None:
         pids = "[" + ",".join(["1"] * prompt_tokens) + "]" if want_ids else "null"
         writer.write(_frame((r.role % pids).encode()))
-    cut_at = len(sched) // 2 if fault in ("cut", "stall", "malformed") else -1
+    cut_at = len(sched) // 2 if fault in ("cut", "stall", "malformed", "reset", "bad_chunk") else -1
     t_next = time.perf_counter()
     tok = 0
     for i, (delay, n) in enumerate(sched):
         if i == cut_at:
-            if fault == "cut":
-                writer.abort()  # no terminating chunk: the client sees the stream end early
+            if fault in ("cut", "reset"):
+                # No terminating chunk: the client sees the stream end early (or reset).
+                writer.abort(reset=fault == "reset")
                 return
+            if fault == "bad_chunk":
+                writer.write(b"5\r\nhelloXX")  # the CRLF after the data is missing
             if fault == "stall":
                 # Silent until the client gives up (EOF), the server stops, or stall_s.
                 t_end = time.perf_counter() + cfg.stall_s
@@ -392,16 +438,50 @@ async def _stream(
     writer.write(_frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
 
 
+def tokenize(text: str) -> list[int]:
+    """The server's tokenizer: one token per whitespace-separated word, id from the word
+    (" w<i>" is token i, as streamed); a completion prompt is counted with it."""
+    ids = []
+    for word in text.split():
+        m = _WORD_ID.fullmatch(word)
+        known = m is not None and int(m.group(1)) < len(_VOCAB)
+        ids.append(int(m.group(1)) if known else zlib.crc32(word.encode()) % len(_VOCAB))
+    return ids
+
+
+def _tokenizer_endpoint(path: str, raw: bytes) -> bytes:
+    """vLLM's POST /tokenize ({"prompt"} -> {"tokens", "count"}) and /detokenize."""
+    body = json.loads(raw or b"{}")
+    if path == "/tokenize":
+        ids = tokenize(str(body.get("prompt", "")))
+        return json.dumps({"tokens": ids, "count": len(ids), "max_model_len": 1 << 20}).encode()
+    return json.dumps({"prompt": "".join(_VOCAB[i % len(_VOCAB)] for i in body["tokens"])}).encode()
+
+
 def _make_handler(st: _State):
     async def handle(writer: _SConn) -> None:
         streamed = False
+        served = False
+        idle = st.cfg.idle_timeout_s
         try:
             while True:
+                if served and idle is not None and not await writer.wait_request(idle):
+                    writer.abort(reset=st.cfg.idle_reset)
+                    if streamed:
+                        st.idle_closed += 1
+                    break
+                served = True
                 req = await writer.read_request()
                 if req is None:
                     break
                 received, method, path, headers, raw = req
-                if path == "/v1/chat/completions" or path == "/v1/completions":
+                if (
+                    st.cfg.api_key is not None
+                    and path.startswith("/v1/")
+                    and headers.get("authorization") != f"Bearer {st.cfg.api_key}"
+                ):
+                    _plain(writer, 401, "Unauthorized", b'{"error":"Unauthorized"}')
+                elif path == "/v1/chat/completions" or path == "/v1/completions":
                     if not streamed:
                         streamed = True
                         st.connections += 1
@@ -424,12 +504,15 @@ def _make_handler(st: _State):
                         "in_flight": st.in_flight,
                         "max_in_flight": st.max_in_flight,
                         "connections": st.connections,
+                        "idle_closed": st.idle_closed,
                     }
                     _plain(writer, 200, "OK", json.dumps(stats).encode())
                 elif path == "/_reset":
                     st.emissions.clear()
-                    st.count = st.max_in_flight = st.connections = 0
+                    st.count = st.max_in_flight = st.connections = st.idle_closed = 0
                     _plain(writer, 200, "OK", b"{}")
+                elif path in ("/tokenize", "/detokenize"):
+                    _plain(writer, 200, "OK", _tokenizer_endpoint(path, raw))
                 elif path in ("/health", "/v1/models"):
                     models = {"object": "list", "data": [{"id": st.cfg.model, "object": "model"}]}
                     _plain(writer, 200, "OK", json.dumps(models).encode())

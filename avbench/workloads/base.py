@@ -16,6 +16,7 @@ class Conversation:
     category: str = ""
     system: str | None = None
     reference: str | None = None
+    max_tokens: int | None = None  # output cap of this conversation (synthetic); None: sweep's
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from avbench.workloads.base import Conversation, WorkloadSource
 from avbench.workloads.loaders import GSM8K, HUMANEVAL, MT_BENCH, SPEC_BENCH, Loader
 from avbench.workloads.spec import WorkloadSpec
 from avbench.workloads.speed_bench import SPEED_BENCH
+from avbench.workloads.synthetic import LocalTokenizer, Tokenizer, load_synthetic
 from avbench.workloads.tokens import TokenCounter
 
 LOADERS: dict[str, Loader] = {
@@ -63,8 +64,32 @@ class LoadedWorkload:
         }
 
 
-def load_workload(spec: WorkloadSpec, tokenizer: str | Path | None = None) -> LoadedWorkload:
-    """The conversations of ``spec``; ``tokenizer`` is the target's local tokenizer directory."""
+def load_workload(
+    spec: WorkloadSpec,
+    tokenizer: str | Path | None = None,
+    served: Tokenizer | None = None,
+    count: int | None = None,
+) -> LoadedWorkload:
+    """The conversations of ``spec``; ``tokenizer`` is the target's local tokenizer directory.
+
+    Generated workloads (``synthetic``) make ``count`` conversations (the most a cell of the
+    plan sends, so no prompt repeats) with ``tokenizer``, else the server's (``served``)."""
+    if spec.dataset == "synthetic":
+        tok = LocalTokenizer(tokenizer) if tokenizer is not None else served
+        if tok is None:
+            raise WorkloadError(
+                f"workload {spec.name}: synthetic prompts need the server's /tokenize or a local "
+                "tokenizer directory"
+            )
+        made = load_synthetic(spec, tok, count or spec.limit or 64)
+        return LoadedWorkload(
+            conversations=made.conversations,
+            source=made.source,
+            spec=spec,
+            truncated=0,
+            token_counter=tok.name,
+            input_tokens=made.input_tokens,
+        )
     loader = LOADERS.get(spec.dataset)
     if loader is None:  # WorkloadSpec's Literal already rejects this; kept for new datasets
         raise WorkloadError(f"workload {spec.name}: no loader for dataset '{spec.dataset}'")
@@ -134,6 +159,18 @@ def builtin_workloads() -> dict[str, WorkloadSpec]:
                 description=f"SPEED-Bench throughput_2k, category {category} (needs prepared data)",
             )
         )
+    specs.append(
+        WorkloadSpec(
+            name="synthetic",
+            dataset="synthetic",
+            api="completions",
+            prompt_template="none",
+            input_len=1024,
+            output_len=1024,
+            description="Seeded prompts of exact token lengths (set with --input-len, "
+            "--output-len, --len-range), like vLLM's random dataset",
+        )
+    )
     specs.append(
         WorkloadSpec(
             name="speed-bench-qualitative",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Dataset = Literal["gsm8k", "humaneval", "mt-bench", "spec-bench", "speed-bench"]
+Dataset = Literal["gsm8k", "humaneval", "mt-bench", "spec-bench", "speed-bench", "synthetic"]
 
 
 class WorkloadSpec(BaseModel):
@@ -29,3 +29,20 @@ class WorkloadSpec(BaseModel):
     system_prompt: str | None = None
     limit: int | None = Field(None, gt=0)  # keep at most this many conversations
     seed: int = 0  # deterministic shuffle of the conversation order
+    # api="completions": "chat" renders the target's chat template client-side, "none" sends
+    # the user text as it is (synthetic prompts, whose length is counted without a template).
+    prompt_template: Literal["chat", "none"] = "chat"
+    # dataset="synthetic": prompt and output lengths in tokens of the served tokenizer, each
+    # drawn uniformly from [len x (1 - len_range), len x (1 + len_range)] (vLLM's random dataset).
+    input_len: int | None = Field(None, gt=0)
+    output_len: int | None = Field(None, gt=0)
+    len_range: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _lengths_for_synthetic(self) -> WorkloadSpec:
+        synthetic = self.dataset == "synthetic"
+        if synthetic and (self.input_len is None or self.output_len is None):
+            raise ValueError("a synthetic workload needs input_len and output_len (tokens)")
+        if not synthetic and (self.input_len or self.output_len or self.len_range):
+            raise ValueError("input_len, output_len and len_range apply to dataset 'synthetic'")
+        return self

@@ -138,7 +138,14 @@ class SpeedBenchLoader:
         jsonl = data_dir / f"{subset}.jsonl"
         parquet = data_dir / subset / "test.parquet"
         if jsonl.is_file():
-            rows, path, fmt = read_jsonl(jsonl), jsonl, "jsonl (messages)"
+            try:
+                rows = read_jsonl(jsonl)
+            except UnicodeDecodeError as exc:
+                raise WorkloadError(
+                    f"{jsonl}: not a text JSON Lines file (byte {exc.start} is not UTF-8); "
+                    f"{how_to_prepare(subset)}"
+                ) from None
+            path, fmt = jsonl, "jsonl (messages)"
         elif parquet.is_file():
             import pyarrow.parquet as pq
 

@@ -1,4 +1,4 @@
-"""Exact losslessness of trimming rules (DESIGN.md §3)."""
+"""Exact losslessness of trimming rules (docs/losslessness.md)."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def _mle(df):
 
 def test_recovers_true_parameters(sim):
     res = _replay_df(sim)
-    assert len(res.refits) == 30 and all(r.applied for r in res.refits)
+    assert len(res.refits) == 30 and all(r.moved and not r.slope_masked for r in res.refits)
     late = res.refits[len(res.refits) // 2 :]
     omega = np.mean([r.omega for r in late])
     beta = np.mean([r.beta for r in late], axis=0)
@@ -117,42 +117,30 @@ def test_arrowhead_solve_matches_dense_solve():
     # As vLLM's kernel: each intercept row of the system is solved with the damped slope step.
     g = x.T @ (y - p)
     d_beta = (g[1:] - h[1:, 0] * d_omega) / np.diag(h)[1:] * nk / (nk + 50)
-    w, b, ok, _ = newton_update(omega, beta, round_sums(f, pos, y, p, k), cfg)
-    assert ok
+    w, b, masked = newton_update(omega, beta, round_sums(f, pos, y, p, k), cfg)
+    assert masked == ""
     assert w == pytest.approx(omega + d_omega, abs=1e-12)
     np.testing.assert_allclose(b, beta + d_beta, atol=1e-12)
 
 
-def test_negative_slope_and_nan_steps_are_dropped():
-    cfg = EstimatorConfig(num_positions=2, negative_slope="drop")
-    rng = np.random.default_rng(4)
-    f = rng.normal(size=2000) * 3
-    pos = rng.integers(0, 2, 2000)
-    y = (f < 0).astype(float)  # acceptance falls with confidence: the fit wants omega < 0
-    p = sigmoid(0.5 * f - 0.2)
-    w, b, ok, why = newton_update(0.5, np.full(2, -0.2), round_sums(f, pos, y, p, 2), cfg)
-    assert (ok, why, w) == (False, "negative-slope", 0.5)
-    np.testing.assert_array_equal(b, [-0.2, -0.2])
-    sums = round_sums(f, pos, y, p, 2)
-    sums[3, 0] = np.nan
-    assert newton_update(0.5, np.full(2, -0.2), sums, cfg)[2:] == (False, "nan")
-
-
-def test_vllm_rule_masks_only_the_slope_step():
+def test_guard_masks_only_the_slope_step():
     rng = np.random.default_rng(4)
     f = rng.normal(size=2000) * 3
     pos = rng.integers(0, 2, 2000)
     y = (f < 0).astype(float)  # the fit wants omega < 0
     p = sigmoid(0.5 * f - 0.2)
     sums = round_sums(f, pos, y, p, 2)
-    w, b, ok, why = newton_update(0.5, np.full(2, -0.2), sums, EstimatorConfig(num_positions=2))
-    assert (ok, why, w) == (False, "negative-slope", 0.5)
+    cfg = EstimatorConfig(num_positions=2)
+    w, b, masked = newton_update(0.5, np.full(2, -0.2), sums, cfg)
+    assert (masked, w) == ("negative-slope", 0.5)
     a_k, b_k, c_k, g0_k, g1_k, n_k = sums
     expected = -0.2 + g1_k / (c_k + 1e-3) * n_k / (n_k + 50)  # intercepts solved with Δω = 0
     np.testing.assert_allclose(b, expected, atol=1e-12)
-    sums[4, 1] = np.nan  # a NaN intercept step is masked for its position only
-    w, b, ok, why = newton_update(0.5, np.full(2, -0.2), sums, EstimatorConfig(num_positions=2))
-    assert b[1] == -0.2 and b[0] != -0.2 and not ok
+    # A NaN in position 2's gradient makes the slope step NaN (masked) and that position's
+    # intercept step NaN (zeroed): position 1 still moves.
+    sums[4, 1] = np.nan
+    w, b, masked = newton_update(0.5, np.full(2, -0.2), sums, cfg)
+    assert (masked, w) == ("nan", 0.5) and b[1] == -0.2 and b[0] != -0.2
 
 
 def test_stateful_estimator_matches_vectorised_replay():
@@ -180,18 +168,76 @@ def test_f_is_stable_and_clamped():
     assert np.all(np.isfinite(f))
 
 
-def test_vllm_rule_leaves_the_cold_start_where_drop_stays():
+def test_masked_slope_steps_still_move_the_intercepts():
     # Acceptance far above the cold start's prediction and a weak slope: the first Newton step
-    # overshoots below zero. DESIGN.md's rule drops it (every round, here); the variant still
-    # moves the intercepts and then converges.
+    # overshoots below zero, so the slope step is masked, yet the refit moves the intercepts
+    # and the estimator leaves its cold start.
     rng = np.random.default_rng(6)
     steps, req = 800, 2
     f = rng.normal(-1.5, 1.6, size=(steps * req,))
     y = (rng.random(len(f)) < sigmoid(0.1 * f + 1.8)).astype(np.int8)
     step = np.repeat(np.arange(steps), req)
-    pos = np.zeros(len(f), dtype=np.int64)
-    drop = replay(step, pos, y, f, EstimatorConfig(num_positions=1, negative_slope="drop"))
-    keep = replay(step, pos, y, f, EstimatorConfig(num_positions=1))
-    assert drop.refits[0].reason == "negative-slope"
-    assert not any(r.applied for r in drop.refits) and drop.omega == 0.5
-    assert sum(r.applied for r in keep.refits) >= 4 and keep.beta[0] > 1.0
+    res = replay(step, np.zeros(len(f), dtype=np.int64), y, f, EstimatorConfig(num_positions=1))
+    assert res.refits[0].slope_masked == "negative-slope" and res.refits[0].omega == 0.5
+    assert res.refits[0].moved and res.refits[0].beta[0] > -0.2
+    assert all(r.moved for r in res.refits) and res.beta[0] > 1.0
+
+
+def _drop_steps(df: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """The same stream with ``n`` whole steps removed: calls that graded nothing."""
+    steps = np.unique(df["step"].to_numpy())
+    gone = np.random.default_rng(seed).choice(steps, size=n, replace=False)
+    return df[~df["step"].isin(gone)].reset_index(drop=True)
+
+
+def test_steps_without_labels_count_toward_the_round(sim):
+    # 3000 calls, 182 of which grade nothing: vLLM still refits 30 times, every 100 calls.
+    df = _drop_steps(sim, 182, seed=7)
+    assert df["step"].nunique() == 3000 - 182 and df["step"].max() == 2999
+    res = _replay_df(df)
+    assert len(res.refits) == 30
+    assert [r.end_step for r in res.refits] == [100 * (i + 1) - 1 for i in range(30)]
+    step = df["step"].to_numpy()
+    for r in res.refits[:3]:
+        in_round = (step // 100) == r.round
+        counts = np.bincount(df["position"].to_numpy()[in_round] - 1, minlength=5)
+        np.testing.assert_array_equal(r.n, counts)
+
+
+def test_replay_matches_the_stateful_estimator_fed_empty_steps():
+    df = _drop_steps(simulate(TRUE_OMEGA, TRUE_BETA, steps=350, requests=4, seed=8), 60, seed=9)
+    est = OnlineEstimator(EstimatorConfig(num_positions=5))
+    by_step = dict(tuple(df.groupby("step", sort=True)))
+    empty = np.array([], dtype=np.float64)
+    preds = np.empty(len(df))
+    for s in range(350):
+        g = by_step.get(s)
+        if g is None:
+            est.observe_step(empty, empty.astype(np.int64), empty, s)
+            continue
+        preds[g.index] = est.observe_step(g["logit_q_max"], g["position"] - 1, g["label"], s)
+    res = _replay_df(df)
+    assert len(est.refits) == len(res.refits) == 3
+    np.testing.assert_allclose(preds, res.pred, atol=1e-12)
+    assert [r.end_step for r in est.refits] == [r.end_step for r in res.refits]
+
+
+def test_trailing_calls_and_empty_rounds():
+    # Labels only in the first 150 calls of 420: the replay is told how many calls there were.
+    df = simulate(TRUE_OMEGA, TRUE_BETA, steps=150, requests=4, seed=10)
+    short = _replay_df(df)
+    full = replay(
+        df["step"].to_numpy(),
+        df["position"].to_numpy() - 1,
+        df["label"].to_numpy(),
+        df["logit_q_max"].to_numpy(),
+        EstimatorConfig(num_positions=5),
+        num_steps=420,
+    )
+    assert len(short.refits) == 1 and len(full.refits) == 4
+    assert full.refits[1].moved  # calls 100-149 carried labels
+    # Rounds without a label end in a refit that moves nothing.
+    assert [r.moved for r in full.refits[2:]] == [False, False]
+    assert full.refits[-1].omega == full.refits[1].omega
+    with pytest.raises(ValueError, match="num_steps"):
+        replay(df["step"], df["position"] - 1, df["label"], df["logit_q_max"], num_steps=100)

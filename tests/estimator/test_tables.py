@@ -13,8 +13,10 @@ from avbench.estimator.tables import (
     Inputs,
     all_tables,
     estimator_vs_head_table,
+    feature_table,
     load_inputs,
     per_position_table,
+    refit_table,
     to_markdown,
     workload_table,
     write_tables,
@@ -99,3 +101,54 @@ def test_partial_head_scores_compare_on_the_scored_drafts(drafts):
     ctx = Context.build(d)
     t = estimator_vs_head_table(ctx, n_boot=5)
     assert t.rows[0][1] == int((d["workload_id"] != "hard").sum())
+
+
+def _inverted(workload: str, seed: int, qmax_beta: tuple[float, float]) -> pd.DataFrame:
+    """A stream whose acceptance falls as the drafter grows confident: every slope step would
+    turn the slope negative, so vLLM's guard masks it, while the intercepts keep moving."""
+    return simulate(
+        -0.6, BETA, steps=400, requests=8, seed=seed, qmax_beta=qmax_beta, workload=workload
+    )
+
+
+def test_masked_slope_steps_count_as_refits_that_moved():
+    df = pd.concat(
+        [
+            _inverted(w, i, ab)
+            for i, (w, ab) in enumerate(
+                [("easy", (4.0, 1.0)), ("mid", (2.0, 1.0)), ("hard", (1.0, 1.5))]
+            )
+        ],
+        ignore_index=True,
+    )
+    ctx = Context.build(df)
+    wt = workload_table(ctx, None)
+    rows = {r[1]: r for r in wt.rows if r[1] != "all"}
+    for r in rows.values():
+        assert r[6] == "4/4" and r[7] == 0.5 and r[8] != -0.2  # slope held, intercepts moved
+    # Every stream's parameters moved, so the intercept correlation is computed over all three.
+    assert not np.isnan(wt.extra["r_beta1_entropy"])
+    rt = refit_table(ctx)
+    assert [r[3:7] for r in rt.rows] == [[4, 4, 4, 0]] * 3
+
+
+def test_refit_table_counts_rounds_without_labels(drafts):
+    d = drafts[drafts["workload_id"] == "mid"]
+    d = d[(d["step"] < 100) | (d["step"] >= 200)]  # calls 100-199 graded nothing
+    rt = refit_table(Context.build(d))
+    assert [r[3:8] for r in rt.rows] == [[4, 3, 0, 0, 1]]
+
+
+def test_vllm_feature_mode_rounds_confident_drafts(drafts):
+    d = drafts.copy()
+    conf = d.index % 7 == 0
+    d.loc[conf, "logit_q_max"] = 17.5  # exact logit; vLLM's float32 kernel returns 40
+    exact = Context.build(d)
+    vllm = Context.build(d, feature_mode="vllm")
+    p_e, p_v = exact.preds["logit_qmax_fitted"], vllm.preds["logit_qmax_fitted"]
+    first = conf & (d["step"].to_numpy() < 100)  # cold start: sigmoid(0.5 f - 0.2)
+    assert np.all(p_v[first] > p_e[first])
+    np.testing.assert_allclose(p_v[first], 1.0 / (1.0 + np.exp(-(0.5 * 40.0 - 0.2))))
+    key = ("sim", "sim-pair", "mid")
+    assert not np.allclose(exact.replays[key].beta, vllm.replays[key].beta)
+    assert "feature mode 'vllm'" in to_markdown(feature_table(vllm, lossless_n=20))

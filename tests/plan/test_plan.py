@@ -1,5 +1,6 @@
 import pytest
 
+from avbench.errors import SuiteError
 from avbench.plan import Arm, arms_for, build_plan
 from avbench.suite import load_suite
 
@@ -38,3 +39,28 @@ def test_arm_name_roundtrip():
         assert Arm.parse(arm.name) == arm
     with pytest.raises(ValueError, match="expected baseline"):
         Arm.parse("fast")
+
+
+@pytest.mark.parametrize(
+    ("update", "says"),
+    [
+        ({"concurrencies": [4, 4]}, "concurrencies lists 4 more than once"),
+        ({"workloads": ["gsm8k-tiny", "gsm8k-tiny"]}, "workloads lists gsm8k-tiny more than once"),
+        ({"rates": [2.0, 2.0]}, "rates lists 2.0 more than once"),
+        ({"rates": [1.0, 0.0]}, "rates must be a non-empty list of positive req/s"),
+        ({"rates": [-3.0]}, "rates must be a non-empty list of positive req/s"),
+        ({"rates": [1.0, 1.0000001]}, "duplicate cell id baseline__gsm8k-tiny__r1__rep0"),
+        ({"arms": []}, "arms is empty: nothing to run"),
+    ],
+)
+def test_a_plan_that_would_hide_or_skip_cells_is_refused(suite, update, says):
+    sweep = suite.sweep("demo").model_copy(update=update)
+    with pytest.raises(SuiteError) as exc:
+        build_plan(suite.pair("tiny-cpu"), sweep)
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_pair_k_values_above_max_k_are_refused(suite):
+    pair = suite.pair("tiny-cpu").model_copy(update={"k_values": [1, 5]})
+    with pytest.raises(SuiteError, match=r"pair tiny-cpu: k_values \[5\] above its max_k 3"):
+        build_plan(pair, suite.sweep("demo"))

@@ -1,42 +1,96 @@
-import numpy as np
+import json
+import re
+import subprocess
+import sys
 
-from avbench.report import pareto_mask, write_report
+import pytest
+
+from avbench.report import write_report
 from avbench.store import RunStore
 
 
-def test_pareto_mask_matches_brute_force():
-    rng = np.random.default_rng(0)
-    x, y = rng.random(200), rng.random(200)
-    mask = pareto_mask(x, y)
-    for i in range(200):
-        dominated = any(
-            x[j] >= x[i] and y[j] >= y[i] and (x[j] > x[i] or y[j] > y[i]) for j in range(200)
-        )
-        assert mask[i] == (not dominated)
+def _plots(html: str) -> list[str]:
+    return re.findall(r'<div id="(fig-[^"]+)" class="plotly-graph-div"', html)
 
 
-def test_report_has_one_trace_per_arm(tmp_path):
-    store = RunStore.create(
-        tmp_path, "r", {"run_id": "r", "pair": {"name": "p"}, "sweep": {"name": "s"}}
+def test_report_of_one_run(run_dir, monkeypatch):
+    monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chromium")
+    files = write_report([run_dir])
+    html, md = files.html.read_text(), files.markdown.read_text()
+    assert files.html == run_dir / "report.html" and files.images == []
+    assert "no Chromium found" in files.images_skipped and "Static figures skipped" in md
+    plots = _plots(html)
+    # Pareto per workload + pooled, refits beside gsm8k (its captures), acceptance, 2 latency.
+    assert plots == [
+        "fig-pareto-tiny-gsm8k", "fig-refits-tiny-gsm8k", "fig-pareto-tiny-humaneval",
+        "fig-pareto-tiny-all-workloads", "fig-acceptance-by-position",
+        "fig-latency-tiny-gsm8k", "fig-latency-tiny-humaneval",
+    ]  # fmt: skip
+    assert html.count("<script src=") == 0 and html.count("plotly.js v") >= 1  # JS inlined
+    assert "av-k3 is on the frontier at 2 of 3 loads (c=1, c=4)" in md
+    assert "| c=16 | schedule | 1 | 1 |" in md  # static-k1 beats AV at c=16
+    assert "vLLM keeps the last range's K for larger batches): `[[1, 8, 3], [9, 16, 1]]`" in md
+    assert "| gsm8k | 151.5 → 161.6 | +6.7% | 2.0% |" in md
+    assert "ON faster beyond noise" in md
+    assert "static-k1__gsm8k__c64__rep0" in md and "finished by resume" not in md
+    assert "nan" not in md.lower() and "| — |" in md  # baseline has no acceptance
+
+
+def test_cpu_run_says_av_is_unsupported(tmp_path, run_factory):
+    store = run_factory(tmp_path, av_unsupported=True, repeats=1)
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "av-k3 (r1) was not measured: av-k3: the CPU build runs Model Runner V1" in md
+    assert "No AV gain table for r1" in md
+    assert "noise unknown (one repeat)" in md
+
+
+def test_two_runs_place_the_dyn_arm_and_check_its_schedule(tmp_path, run_factory):
+    first = run_factory(tmp_path, "r1", arms=("baseline", "static-k1", "static-k3"), repeats=1)
+    second = RunStore.create(tmp_path, "r2", {"run_id": "r2", "pair": {"name": "tiny"},
+                                              "sweep": {"schedule": [[1, 2, 3], [3, 16, 1]]}})  # fmt: skip
+    for c, per_draft in ((1, 3.0), (4, 1.05), (16, 2.0)):
+        second.write_cell(
+            {"cell_id": f"dyn-k3__gsm8k__c{c}__rep0", "arm": "dyn-k3", "arm_kind": "dyn", "k": 3,
+             "pair": "tiny", "workload": "gsm8k", "concurrency": c, "rate": None, "repeat": 0,
+             "output_tok_s_per_gpu": 170.0 * c, "interactivity_tok_s_user": 170.0,
+             "num_drafts": 100.0, "num_draft_tokens": 100.0 * per_draft},
+            [], {},
+        )  # fmt: skip
+    files = write_report([first.root, second.root], tmp_path / "out", static_figures=False)
+    md = files.markdown.read_text()
+    assert "| c=1 | 3 | 3.00 | yes |" in md and "| c=4 | 1 | 1.05 | yes |" in md
+    assert "| c=16 | 1 | 2.00 | NO |" in md
+    assert "static-k3 (OFF) → dyn-k3 (ON) at c=1" in md
+    assert "static-k3 and dyn-k3 come from different runs (sessions)" in md
+    assert "dyn-k3 is on the frontier at" in md
+    assert "fig-pareto-tiny-gsm8k" in files.html.read_text()
+
+
+def test_cli_report_and_recommend(run_dir):
+    cli = [sys.executable, "-m", "avbench.cli"]
+    res = subprocess.run([*cli, "report", str(run_dir), "--no-figures"], capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert f"report: {run_dir / 'report.html'}" in res.stdout
+    res = subprocess.run([*cli, "recommend", str(run_dir)], capture_output=True, text=True,
+                         check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "c=1–4: **AV**" in res.stdout and "c=16: **schedule (K 1)**" in res.stdout
+    res = subprocess.run([*cli, "recommend", str(run_dir), "--json"], capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    (answer,) = json.loads(res.stdout)
+    assert answer["schedule"] == [[1, 8, 3], [9, 16, 1]]
+    assert answer["deploy"]["the schedule"]["num_speculative_tokens_per_batch_size"] == [
+        [1, 8, 3], [9, 16, 1],
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", ["nowhere"])
+def test_not_a_run_directory_is_one_line(tmp_path, bad):
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "recommend", str(tmp_path / bad)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (
+        res.returncode == 2 and res.stderr.count("\n") == 1 and "not a run directory" in res.stderr
     )
-    for arm, scale in (("baseline", 1.0), ("static-k3", 1.5)):
-        for c in (1, 4):
-            store.write_cell(
-                {
-                    "cell_id": f"{arm}-{c}",
-                    "arm": arm,
-                    "workload": "gsm8k",
-                    "concurrency": c,
-                    "rate": None,
-                    "repeat": 0,
-                    "output_tok_s_per_gpu": 100 * c * scale,
-                    "interactivity_tok_s_user": 50 / c * scale,
-                    "acceptance_length": None,
-                },
-                [],
-                {},
-            )
-    store.write_failure({"cell_id": "av-k3__x", "reason": "unsupported: CPU build <V1>"})
-    html = write_report(store).read_text()
-    assert html.count('"name":"baseline"') == 1 and html.count('"name":"static-k3"') == 1
-    assert "c=4" in html and "unsupported: CPU build &lt;V1&gt;" in html

@@ -4,6 +4,7 @@ vLLM's failure modes (hangs during start-up, dies early); the real vLLM is in te
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from avbench.server import (
     build_env,
     check_arm_supported,
     group_alive,
+    group_members,
     probe_vllm,
     require_free_port,
     require_vllm,
@@ -127,3 +129,82 @@ def test_early_exit_reports_code_and_log(tmp_path):
             server.wait_ready()
     assert (tmp_path / "arm" / "server.pid").exists()
     assert not os.path.exists(f"/proc/{server.pgid}") if server.pgid else True
+
+
+# A stand-in for vLLM's shape: an API server whose child (EngineCore's place) ignores SIGTERM.
+_STUBBORN_SERVER = (
+    "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    "subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)']);"
+    "print('engine started', flush=True); time.sleep(300)"
+)
+
+
+def test_killed_avbench_leaves_no_server_behind(tmp_path):
+    # The parent stands in for avbench: it launches the server arm, then is SIGKILLed.
+    parent_code = (
+        "import sys, time; from pathlib import Path; from avbench.server import ServerProcess;"
+        f"s = ServerProcess(cmd=[sys.executable, '-c', {_STUBBORN_SERVER!r}], env={{}}, port=1,"
+        f" log_path=Path({str(tmp_path / 'arm' / 'server.log')!r})); s.start();"
+        "print(s.pgid, flush=True); time.sleep(300)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    try:
+        pgid = int(parent.stdout.readline())
+        assert int((tmp_path / "arm" / "server.pgid").read_text()) == pgid
+        deadline = time.monotonic() + 30
+        while len(group_members(pgid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the server and its child both exist
+        assert len(group_members(pgid)) == 2
+    finally:
+        parent.kill()  # SIGKILL: avbench gets no chance to clean up
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(pgid), f"server group {pgid} outlived avbench"
+
+
+def test_normal_stop_disarms_the_watchdog(tmp_path):
+    server = _proc(tmp_path, _STUBBORN_SERVER, timeout=5)
+    server.start()
+    watchdog, pgid = server._watchdog, server.pgid
+    assert watchdog.poll() is None  # armed while the server runs
+    server.stop()
+    assert watchdog.poll() == 0 and not group_alive(pgid)
+
+
+def test_port_held_by_a_leftover_names_its_pid():
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
+            "print(s.getsockname()[1], flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(holder.stdout.readline())
+        with pytest.raises(ServerError, match=f"port {port} .* in use by pid {holder.pid} ") as exc:
+            require_free_port(port)
+        assert "\n" not in str(exc.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize(
+    ("python", "says"),
+    [
+        ("/usr/bin/false", "exited with code 1 and printed nothing"),
+        ("/bin/echo", "did not answer the vLLM probe like a Python interpreter"),
+        ("/nonexistent/python", "cannot run it to launch vLLM (No such file or directory)"),
+    ],
+)
+def test_bad_vllm_python_says_what_failed(python, says):
+    with pytest.raises(ServerError) as exc:
+        probe_vllm(python)
+    assert str(exc.value).startswith(f"--vllm-python {python}: ") and says in str(exc.value)
+    assert "\n" not in str(exc.value)

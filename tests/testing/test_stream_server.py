@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -80,3 +82,52 @@ def test_subprocess_server_starts_and_stops():
         assert httpx.get(srv.base_url + "/health", timeout=10).status_code == 200
         pid = srv.proc.pid
     assert srv.proc.poll() is not None, f"server pid {pid} still running"
+
+
+def _raw_request(sock: socket.socket, prompt: str) -> None:
+    body = json.dumps({"prompt": prompt, "max_tokens": 6, "stream": True}).encode()
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(body), body)
+    )
+
+
+def _read_until(sock: socket.socket, end: bytes) -> bytes:
+    data = b""
+    while not data.endswith(end):
+        got = sock.recv(65536)
+        if not got:
+            break
+        data += got
+    return data
+
+
+def test_interim_and_bad_chunk_faults_are_on_the_wire():
+    with serve_in_thread(ServerConfig(tokens_per_chunk=1)) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            _raw_request(s, "@fault:interim")
+            wire = _read_until(s, b"0\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            _raw_request(s, "@fault:bad_chunk")
+            bad = _read_until(s, b"0\r\n\r\n")
+    assert wire.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n")
+    assert b"\r\n\r\nHTTP/1.1 200 OK\r\n" in wire and wire.endswith(b"0\r\n\r\n")
+    assert b"5\r\nhelloXX" in bad  # a chunk whose data is not followed by CRLF
+
+
+@pytest.mark.parametrize("reset", [True, False], ids=["rst", "fin"])
+def test_idle_keep_alive_connection_is_closed_after_the_timeout(reset):
+    cfg = ServerConfig(tokens_per_chunk=2, idle_timeout_s=0.2, idle_reset=reset)
+    with serve_in_thread(cfg) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            _raw_request(s, "hi")
+            assert _read_until(s, b"0\r\n\r\n").endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+            t0 = time.perf_counter()
+            try:
+                end = s.recv(10)
+            except ConnectionResetError:
+                end = "reset"
+            idle = time.perf_counter() - t0
+        assert srv.stats()["idle_closed"] == 1
+    assert end == ("reset" if reset else b"")
+    assert 0.15 < idle < 5.0

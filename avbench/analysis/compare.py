@@ -1,0 +1,336 @@
+"""Compare two runs cell by cell: is tonight worse than last night by more than the noise?
+
+A cell of one run matches a cell of the other when they share pair, workload, arm and load
+(concurrency or rate). Matching cells are compared only when their settings agree too: the
+sampling, the prompts (hash of the ordered conversation ids), the request counts and the
+server (the arm's vLLM command line without host, port and interpreter, its environment and
+its plugin captures).
+Cells whose settings differ are listed with the settings that differ, never compared; the
+vLLM version is deliberately *not* a setting: a vLLM upgrade is what a nightly comparison is
+for.
+
+Noise. Each run's noise for a metric is the spread of its repeats, (max - min) / mean
+(docs/fair-comparisons.md). A difference counts only when |new - base| / base exceeds the larger of the two
+runs' spreads and the tolerance floor (default 5%), which also stands in for the noise of a
+run with a single repeat. A cell is "worse" when any metric is worse beyond the noise,
+"better" when one is better and none worse, else "same within noise".
+
+Pure: pandas in, typed results out.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+DEFAULT_TOLERANCE = 0.05
+KEYS = ("pair", "workload", "arm", "concurrency", "rate")
+SAMPLING_COLUMNS = ("temperature", "top_p", "max_tokens", "ignore_eos", "chat_template_kwargs")
+REQUEST_COLUMNS = (
+    "num_requests",
+    "warmup",
+    "prompts_sha256",
+    "api",
+    "input_len",
+    "output_len",
+    "len_range",
+)
+
+Verdict = Literal["better", "same within noise", "worse", "n/a"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    label: str
+    higher_is_better: bool
+    unit: str
+
+
+METRICS = (
+    Metric("output_tok_s", "throughput", True, "tok/s"),
+    Metric("tpot_ms_median", "TPOT", False, "ms"),
+    Metric("ttft_ms_median", "TTFT", False, "ms"),
+    Metric("acceptance_length", "acceptance length", True, "tok"),
+)
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    metric: Metric
+    base: float
+    new: float
+    rel: float  # (new - base) / base
+    base_spread: float  # NaN with one repeat
+    new_spread: float
+    noise: float  # the threshold |rel| had to exceed
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class CellComparison:
+    key: dict
+    base_repeats: int
+    new_repeats: int
+    deltas: list[MetricDelta]
+    ignored: list[str]  # settings that differ but were ignored on request
+
+    @property
+    def verdict(self) -> Verdict:
+        verdicts = {d.verdict for d in self.deltas}
+        if "worse" in verdicts:
+            return "worse"
+        if "better" in verdicts:
+            return "better"
+        return "same within noise" if "same within noise" in verdicts else "n/a"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    key: dict
+    differences: dict[str, tuple]  # setting -> (base value, new value)
+
+
+@dataclass
+class Comparison:
+    tolerance: float
+    cells: list[CellComparison] = field(default_factory=list)
+    mismatched: list[Mismatch] = field(default_factory=list)
+    only_base: list[dict] = field(default_factory=list)
+    only_new: list[dict] = field(default_factory=list)
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(c.verdict == verdict for c in self.cells)
+
+    @property
+    def exit_code(self) -> int:
+        """0: nothing worse; 1: a cell worse beyond noise; 3: nothing comparable."""
+        if not any(c.verdict != "n/a" for c in self.cells):
+            return 3
+        return 1 if self.count("worse") else 0
+
+
+# ----------------------------------------------------------------------------- settings
+_ASSETS = re.compile(r"[^\s\"']*/avbench/assets/")
+_DROP_WITH_VALUE = {"--host", "--port"}
+
+
+def server_signature(command: list[str] | None) -> list[str] | None:
+    """An arm's server command without what may differ between identical runs.
+
+    Drops the interpreter and module, --host/--port and their values, and writes the package's
+    embedded assets as ``@assets/`` (checkouts live in different directories)."""
+    if not command:
+        return None
+    args = command[3:] if len(command) > 2 and command[1] == "-m" else list(command)
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in _DROP_WITH_VALUE:
+            skip = True
+            continue
+        if a.split("=", 1)[0] in _DROP_WITH_VALUE:
+            continue
+        out.append(_ASSETS.sub("@assets/", a))
+    return out
+
+
+def _jsonable(v):
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def cell_settings(row: dict, manifest: dict) -> dict:
+    """What must agree for a cell of two runs to be compared (see the module docstring).
+
+    ``manifest`` is the run manifest the row came from (for a merged run, its source's)."""
+    arms = {a.get("name"): a for a in manifest.get("arms") or []}
+    arm = arms.get(row.get("arm"), {})
+    settings = {c: _jsonable(row.get(c)) for c in (*SAMPLING_COLUMNS, *REQUEST_COLUMNS)}
+    settings["server_command"] = server_signature(arm.get("command"))
+    settings["server_env"] = arm.get("env")
+    settings["capture"] = arm.get("capture")  # live captures cost the server some time
+    settings["gpus"] = _jsonable(row.get("gpus"))
+    return settings
+
+
+# ----------------------------------------------------------------------------- comparison
+def _spread(v: pd.Series) -> float:
+    v = v.dropna()
+    if len(v) < 2 or v.mean() == 0:
+        return float("nan")
+    return float((v.max() - v.min()) / abs(v.mean()))
+
+
+def _key_of(row) -> tuple:
+    return tuple(_norm_key(row.get(k)) for k in KEYS)
+
+
+def _norm_key(v):
+    v = _jsonable(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _groups(cells: pd.DataFrame, settings: list[dict]) -> dict[tuple, dict]:
+    out: dict[tuple, dict] = {}
+    for (_, row), s in zip(cells.iterrows(), settings, strict=True):
+        g = out.setdefault(_key_of(row), {"rows": [], "settings": s})
+        g["rows"].append(row)
+    return out
+
+
+def _delta(metric: Metric, base: pd.Series, new: pd.Series, tolerance: float) -> MetricDelta:
+    b, n = float(base.mean()), float(new.mean())
+    bs, ns = _spread(base), _spread(new)
+    noise = max([tolerance, *(s for s in (bs, ns) if not math.isnan(s))])
+    if math.isnan(b) or math.isnan(n) or b == 0:
+        return MetricDelta(metric, b, n, float("nan"), bs, ns, noise, "n/a")
+    rel = (n - b) / abs(b)
+    if abs(rel) <= noise:
+        verdict: Verdict = "same within noise"
+    else:
+        verdict = "better" if (rel > 0) == metric.higher_is_better else "worse"
+    return MetricDelta(metric, b, n, rel, bs, ns, noise, verdict)
+
+
+def compare_cells(
+    base: pd.DataFrame,
+    base_settings: list[dict],
+    new: pd.DataFrame,
+    new_settings: list[dict],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    ignore: frozenset[str] = frozenset(),
+) -> Comparison:
+    """Compare two runs' cell rows; ``*_settings[i]`` is ``cell_settings`` of row i."""
+    gb, gn = _groups(base, base_settings), _groups(new, new_settings)
+    result = Comparison(tolerance=tolerance)
+    for key in gb.keys() - gn.keys():
+        result.only_base.append(dict(zip(KEYS, key, strict=True)))
+    for key in gn.keys() - gb.keys():
+        result.only_new.append(dict(zip(KEYS, key, strict=True)))
+    for key in [k for k in gb if k in gn]:
+        kd = dict(zip(KEYS, key, strict=True))
+        sb, sn = gb[key]["settings"], gn[key]["settings"]
+        diffs = {
+            name: (sb.get(name), sn.get(name))
+            for name in sorted(sb.keys() | sn.keys())
+            if sb.get(name) != sn.get(name)
+        }
+        blocking = {k: v for k, v in diffs.items() if k not in ignore}
+        if blocking:
+            result.mismatched.append(Mismatch(kd, blocking))
+            continue
+        rb, rn = pd.DataFrame(gb[key]["rows"]), pd.DataFrame(gn[key]["rows"])
+        deltas = [
+            _delta(
+                m,
+                pd.to_numeric(rb.get(m.column, pd.Series(dtype=float)), errors="coerce"),
+                pd.to_numeric(rn.get(m.column, pd.Series(dtype=float)), errors="coerce"),
+                tolerance,
+            )
+            for m in METRICS
+        ]
+        result.cells.append(CellComparison(kd, len(rb), len(rn), deltas, sorted(diffs)))
+    order = {k: i for i, k in enumerate(gb)}
+    result.cells.sort(key=lambda c: order[tuple(c.key[k] for k in KEYS)])
+    return result
+
+
+# ----------------------------------------------------------------------------- rendering
+def load_label(key: dict) -> str:
+    if key.get("rate") is not None:
+        return f"r={key['rate']:g}/s"
+    return f"c={key['concurrency']}"
+
+
+def cell_label(key: dict) -> str:
+    return f"{key['pair']} / {key['workload']} / {key['arm']} / {load_label(key)}"
+
+
+def format_delta(d: MetricDelta) -> str:
+    if d.verdict == "n/a":
+        return "–"
+    mark = {"better": " ▲", "worse": " ▼", "same within noise": ""}[d.verdict]
+    return f"{d.rel:+.1%} (±{d.noise:.0%}){mark}"
+
+
+def _short(v) -> str:
+    s = json.dumps(v, sort_keys=True, default=str) if not isinstance(v, str) else v
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def describe_difference(base, new) -> str:
+    """A setting's change, short: for argument lists only what was added and removed."""
+    if isinstance(base, list) and isinstance(new, list):
+        sm = difflib.SequenceMatcher(a=[str(x) for x in base], b=[str(x) for x in new])
+        parts = []
+        for op, i1, i2, j1, j2 in sm.get_opcodes():
+            if op in ("delete", "replace"):
+                parts.append("- " + " ".join(sm.a[i1:i2]))
+            if op in ("insert", "replace"):
+                parts.append("+ " + " ".join(sm.b[j1:j2]))
+        return "; ".join(_short(p) for p in parts) or "same"
+    return f"{_short(base)} → {_short(new)}"
+
+
+def to_markdown(cmp: Comparison, base_name: str, new_name: str) -> str:
+    worse, better, same = cmp.count("worse"), cmp.count("better"), cmp.count("same within noise")
+    head = "REGRESSION" if worse else ("nothing comparable" if cmp.exit_code == 3 else "OK")
+    lines = [
+        f"## avbench compare: {head}",
+        "",
+        f"Baseline `{base_name}` → new `{new_name}`: {len(cmp.cells)} cells compared, "
+        f"**{worse} worse**, {better} better, {same} same within noise; noise floor "
+        f"{cmp.tolerance:.0%} (or the repeats' spread when larger).",
+        "",
+    ]
+    if cmp.cells:
+        lines += [
+            "| cell | verdict | " + " | ".join(m.label for m in METRICS) + " |",
+            "|---|---|" + "---|" * len(METRICS),
+        ]
+        for c in cmp.cells:
+            lines.append(
+                f"| {cell_label(c.key)} | {c.verdict} | "
+                + " | ".join(format_delta(d) for d in c.deltas)
+                + " |"
+            )
+        lines.append("")
+        lines.append(
+            "Deltas are (new − baseline) / baseline of the mean over repeats; ± is the noise "
+            "the difference had to exceed."
+        )
+        lines.append("")
+    if cmp.mismatched:
+        lines += [f"### {len(cmp.mismatched)} cells not compared: settings differ", ""]
+        for m in cmp.mismatched:
+            diffs = "; ".join(
+                f"`{k}`: {describe_difference(a, b)}" for k, (a, b) in m.differences.items()
+            )
+            lines.append(f"- {cell_label(m.key)}: {diffs}")
+        lines.append("")
+    for title, keys in (
+        ("only in the baseline", cmp.only_base),
+        ("only in the new run", cmp.only_new),
+    ):
+        if keys:
+            lines += [f"### {len(keys)} cells {title}", ""]
+            lines += [f"- {cell_label(k)}" for k in keys]
+            lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,146 @@
+"""From cell rows to points: one per (pair, workload, arm, load), the mean over repeats.
+
+A load is a closed-loop concurrency (``c=4``) or an open-loop rate (``r=2/s``); each is its own
+point. Noise is the spread of the interleaved repeats, (max - min) / mean (|p1 - p2| / mean for
+two; docs/fair-comparisons.md), NaN with a single repeat. "All workloads" pools a pair's workloads: per repeat
+the mean over workloads, then the same mean and spread over repeats; an arm that lacks a
+workload at some load and repeat has no pooled point there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+POOLED = "all workloads"
+
+# Cell columns a point keeps (mean over repeats); the counters are summed instead.
+MEAN_COLUMNS = {
+    "output_tok_s_per_gpu": "y",
+    "interactivity_tok_s_user": "x",
+    "tpot_ms_median": "tpot_ms",
+    "ttft_ms_median": "ttft_ms",
+    "acceptance_length": "acceptance_length",
+    "acceptance_rate": "acceptance_rate",
+}
+SUM_COLUMNS = ("num_drafts", "num_draft_tokens", "output_tokens")
+KEYS = ["pair", "workload", "arm", "load"]
+
+
+def _load_columns(cells: pd.DataFrame) -> pd.DataFrame:
+    conc = pd.to_numeric(cells.get("concurrency"), errors="coerce")
+    rate = pd.to_numeric(cells.get("rate"), errors="coerce")
+    closed = rate.isna()
+    return pd.DataFrame(
+        {
+            "load": np.where(
+                closed,
+                [f"c={c:g}" for c in conc.fillna(-1)],
+                [f"r={r:g}/s" for r in rate.fillna(-1)],
+            ),
+            "concurrency": conc.where(closed),
+            "rate": rate,
+            # Closed loop first, then open loop; each ascending.
+            "load_order": np.where(closed, conc.fillna(0), 1e9 + rate.fillna(0)),
+        },
+        index=cells.index,
+    )
+
+
+def normalize_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cell rows with every column the analysis reads (missing ones as NaN) and a load key."""
+    cells = cells.copy()
+    pos_cols = [c for c in cells.columns if c.startswith("accept_pos_")]
+    for col in [*MEAN_COLUMNS, *SUM_COLUMNS, *pos_cols, "repeat", "k"]:
+        if col not in cells:
+            cells[col] = np.nan
+        cells[col] = pd.to_numeric(cells[col], errors="coerce")
+    if "pair" not in cells:
+        cells["pair"] = "?"
+    kinds = cells["arm"].str.split("-").str[0]
+    cells["arm_kind"] = cells["arm_kind"].fillna(kinds) if "arm_kind" in cells else kinds
+    cells["repeat"] = cells["repeat"].fillna(0)
+    loads = _load_columns(cells)
+    return pd.concat([cells.drop(columns=loads.columns, errors="ignore"), loads], axis=1)
+
+
+def _sum_or_nan(v: pd.Series) -> float:
+    return v.sum(min_count=1)
+
+
+def _spread(v: pd.Series) -> float:
+    v = v.dropna()
+    if len(v) < 2 or v.mean() == 0:
+        return np.nan
+    return float((v.max() - v.min()) / v.mean())
+
+
+def _aggregate(cells: pd.DataFrame) -> pd.DataFrame:
+    pos_cols = sorted(
+        (c for c in cells.columns if c.startswith("accept_pos_")),
+        key=lambda c: int(c.rsplit("_", 1)[1]),
+    )
+    groups = cells.groupby(KEYS, sort=False, dropna=False)
+    means = groups[[*MEAN_COLUMNS, *pos_cols]].mean().rename(columns=MEAN_COLUMNS)
+    sums = groups[list(SUM_COLUMNS)].sum(min_count=1)
+    first = groups[["arm_kind", "k", "concurrency", "rate", "load_order"]].first()
+    extra = pd.DataFrame(
+        {
+            "y_spread": groups["output_tok_s_per_gpu"].agg(_spread),
+            "repeats": groups["output_tok_s_per_gpu"].count(),
+        }
+    )
+    out = pd.concat([first, means, sums, extra], axis=1).reset_index()
+    out["draft_tokens_per_draft"] = out["num_draft_tokens"] / out["num_drafts"].where(
+        out["num_drafts"] > 0
+    )
+    return out.sort_values(["pair", "workload", "arm", "load_order"], ignore_index=True)
+
+
+def _pool_workloads(cells: pd.DataFrame) -> pd.DataFrame:
+    n_workloads = cells.groupby("pair")["workload"].nunique()
+    keys = ["pair", "arm", "load", "repeat"]
+    num = [c for c in cells.columns if c in MEAN_COLUMNS or c.startswith("accept_pos_")]
+    groups = cells.groupby(keys, sort=False, dropna=False)
+    pooled = groups[num].mean().join(groups[list(SUM_COLUMNS)].sum(min_count=1))
+    pooled = pooled.join(
+        groups[["arm_kind", "k", "concurrency", "rate", "load_order"]].first()
+    ).join(groups["workload"].nunique().rename("n_workloads"))
+    pooled = pooled.reset_index()
+    complete = pooled["n_workloads"] == pooled["pair"].map(n_workloads)
+    return pooled[complete].drop(columns="n_workloads").assign(workload=POOLED)
+
+
+def build_points(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per-workload points, then the pooled ones (workload == POOLED)."""
+    if cells.empty:
+        return pd.DataFrame(columns=[*KEYS, "x", "y", "y_spread", "repeats"])
+    cells = normalize_cells(cells)
+    # Several rows for one repeat (the same cell from two runs) average into one sample.
+    per_repeat = (
+        cells.groupby([*KEYS, "repeat"], sort=False, dropna=False)
+        .agg(
+            {
+                **{c: "mean" for c in cells.columns if c in MEAN_COLUMNS},
+                **{c: "mean" for c in cells.columns if c.startswith("accept_pos_")},
+                **dict.fromkeys(SUM_COLUMNS, _sum_or_nan),
+                **{c: "first" for c in ("arm_kind", "k", "concurrency", "rate", "load_order")},
+            }
+        )
+        .reset_index()
+    )
+    per_workload = _aggregate(per_repeat)
+    pooled = _aggregate(_pool_workloads(per_repeat))
+    return pd.concat([per_workload, pooled], ignore_index=True)
+
+
+def views(points: pd.DataFrame) -> list[tuple[str, str]]:
+    """(pair, workload) in first-seen order, each pair's pooled view after its workloads."""
+    out: list[tuple[str, str]] = []
+    for pair in dict.fromkeys(points["pair"]):
+        sub = points[points["pair"] == pair]
+        workloads = [w for w in dict.fromkeys(sub["workload"]) if w != POOLED]
+        out += [(pair, w) for w in workloads]
+        if (sub["workload"] == POOLED).any() and len(workloads) > 1:
+            out.append((pair, POOLED))
+    return out

@@ -1,0 +1,300 @@
+"""Live captures in a sweep: turn the vLLM plugin on per arm, then file what it wrote per cell.
+
+A speculative arm with captures on gets ``AVBENCH_CAPTURE_DIR=<run>/arms/<arm>/capture`` in its
+server's environment (see ``avbench.vllm_plugin``). After each cell:
+
+- drafts: the shards' rows whose request id (the id the client saw) belongs to one of the cell's
+  measured requests become ``<run>/drafts/<cell_id>.drafts.parquet``, labeled rows only, in the
+  schema ``avbench tables`` reads (``estimator.drafts.DRAFT_SCHEMA``). One estimator stream per
+  server worker: run_id ``<run>/<arm>/pid<pid>`` (its engine steps are one sequence), pair_id the
+  pair, workload_id the cell's workload;
+- refits: the estimator lives as long as the server, across cells, so each cell row records the
+  refits that happened during the cell (warmup included: the estimator learns from it too) and
+  the coefficients in force at its start and at its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from avbench.errors import AvbenchError
+
+CAPTURE_KINDS = ("drafts", "refits")
+COLD_SLOPE, COLD_INTERCEPT = 0.5, -0.2  # vLLM's cold start (acceptance_estimator.py)
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    kinds: tuple[str, ...]
+    draft_fraction: float = 1.0
+
+
+def settings_for(pair, sweep) -> CaptureSettings | None:
+    """The pair's capture settings when it sets them, else the sweep's; None when off."""
+    kinds = pair.capture if pair.capture is not None else sweep.capture
+    if not kinds:
+        return None
+    fraction = pair.draft_fraction if pair.draft_fraction is not None else sweep.draft_fraction
+    return CaptureSettings(tuple(dict.fromkeys(kinds)), fraction)
+
+
+def capture_dir(arm_dir: Path) -> Path:
+    return arm_dir / "capture"
+
+
+def capture_env(settings: CaptureSettings, directory: Path, env: dict[str, str]) -> dict[str, str]:
+    """Environment that turns the plugin on for one server (merged over ``env``)."""
+    out = {
+        "AVBENCH_CAPTURE_DIR": str(directory),
+        "AVBENCH_CAPTURE": ",".join(settings.kinds),
+        "AVBENCH_CAPTURE_DRAFT_FRACTION": repr(settings.draft_fraction),
+    }
+    plugins = env.get("VLLM_PLUGINS")
+    if plugins is not None and "avbench" not in plugins.split(","):
+        # The pair selects plugins explicitly: add ours, or vLLM would not load it.
+        out["VLLM_PLUGINS"] = f"{plugins},avbench" if plugins else "avbench"
+    return out
+
+
+# ----------------------------------------------------------------------------- reading
+def read_status(directory: Path) -> list[dict]:
+    out = []
+    for p in sorted(directory.glob("status-*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def wait_flushed(directory: Path, t_end: float, since: float, timeout_s: float = 15.0) -> bool:
+    """Ask every capture process of this server to flush and wait until each has written what
+    it had at ``t_end`` (writers look every second). False on timeout: the cell keeps what is
+    on disk."""
+    from avbench.vllm_plugin.sink import FLUSH_REQUEST
+
+    request = directory / FLUSH_REQUEST
+    tmp = request.with_name(f".{request.name}.tmp")
+    tmp.write_text(repr(t_end))
+    os.replace(tmp, request)
+    start = time.monotonic()
+    while True:
+        # A live writer rewrites its status every second; older ones belong to dead processes.
+        recent = max(since, t_end - 10.0)
+        live = [
+            s for s in read_status(directory) if s.get("time", 0) >= recent and not s.get("closed")
+        ]
+        if live and all(s.get("flushed_at", 0) >= t_end for s in live):
+            return True
+        waited = time.monotonic() - start
+        if not live and waited > 2.5:  # no writer ever started: nothing was captured
+            return True
+        if waited >= timeout_s:
+            return False
+        time.sleep(0.2)
+
+
+def read_captured(directory: Path, request_ids: Iterable[str] | None = None) -> pd.DataFrame:
+    """Captured draft rows (``CAPTURE_SCHEMA``) of the given client request ids (all if None).
+
+    Only complete shards carry the final name, so a crash leaves nothing half-written to read.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from avbench.estimator.drafts import CAPTURE_SCHEMA, CAPTURE_SUFFIX
+
+    ids = None if request_ids is None else pa.array(sorted(set(request_ids)), pa.string())
+    tables = []
+    for p in sorted(directory.glob(f"*{CAPTURE_SUFFIX}")):
+        try:
+            t = pq.read_table(p, schema=CAPTURE_SCHEMA)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise AvbenchError(f"{p}: unreadable capture shard ({exc})") from None
+        if ids is not None:
+            t = t.filter(pc.is_in(t["request_id"], value_set=ids))
+        tables.append(t)
+    if not tables:
+        return CAPTURE_SCHEMA.empty_table().to_pandas()
+    return pa.concat_tables(tables).to_pandas()
+
+
+def _first_rank(refits: pd.DataFrame) -> pd.DataFrame:
+    # Tensor-parallel ranks refit identically; each data-parallel rank has its own estimator.
+    if refits.empty:
+        return refits
+    tp0 = refits[refits["tp_rank"].fillna(0) == 0]
+    return tp0[tp0["dp_rank"].fillna(0) == tp0["dp_rank"].fillna(0).min()]
+
+
+def refit_summary(refits: pd.DataFrame, since: float, t0: float, t1: float, k: int) -> dict:
+    """Cell columns: refits in [t0, t1] and the coefficients at t0 and at t1, for the
+    estimator of the server started at ``since``."""
+    r = _first_rank(refits.sort_values(["time", "refit_index"], kind="stable"))
+    r = r[r["time"] >= since] if not r.empty else r
+    before = r[r["time"] < t0] if not r.empty else r
+    during = r[(r["time"] >= t0) & (r["time"] <= t1)] if not r.empty else r
+    cold = {"slope": COLD_SLOPE, "intercepts": [COLD_INTERCEPT] * k}
+    start = before.iloc[-1].to_dict() if len(before) else cold
+    end = during.iloc[-1].to_dict() if len(during) else start
+    pid = end.get("pid")
+    return {
+        "refits": len(during),
+        "refit_pid": None if pid is None else int(pid),
+        "refit_first": int(during["refit_index"].iloc[0]) if len(during) else None,
+        "refit_last": int(during["refit_index"].iloc[-1]) if len(during) else None,
+        "slope_start": float(start["slope"]),
+        "intercepts_start": [float(x) for x in start["intercepts"]],
+        "slope_end": float(end["slope"]),
+        "intercepts_end": [float(x) for x in end["intercepts"]],
+    }
+
+
+# ----------------------------------------------------------------------------- per cell
+@dataclass(frozen=True)
+class ArmCapture:
+    """One launched server of a speculative arm with captures on."""
+
+    directory: Path
+    settings: CaptureSettings
+    run_id: str
+    pair: str
+    arm: str
+    k: int
+    server_started: float  # unix time the server was launched
+
+
+def arm_capture(store, opts, arm) -> ArmCapture | None:
+    """Captures for this arm's next server, None when off or for the baseline.
+
+    A launched server writes to ``<run>/arms/<arm>/capture`` (created here: the plugin stays
+    inert unless the directory exists); an attached one (``--endpoint``) to the ``capture_dir``
+    it was started with, if given, with every capture kind unless the suite names some."""
+    settings = settings_for(opts.pair, opts.sweep)
+    if arm.kind == "baseline":
+        return None
+    if opts.endpoint:
+        if opts.capture_dir is None:
+            return None
+        settings = settings or CaptureSettings(CAPTURE_KINDS)
+        directory, started = Path(opts.capture_dir), 0.0
+    else:
+        if settings is None:
+            return None
+        directory, started = capture_dir(store.arm_dir(arm.name)), time.time()
+        directory.mkdir(parents=True, exist_ok=True)
+    return ArmCapture(
+        directory, settings, store.root.name, opts.pair.name, arm.name, arm.k, started
+    )
+
+
+def drafts_path(run_dir: Path, cell_id: str) -> Path:
+    from avbench.estimator.drafts import DRAFTS_SUFFIX
+
+    return run_dir / "drafts" / f"{cell_id}{DRAFTS_SUFFIX}"
+
+
+def file_cell(
+    run_dir: Path,
+    cell_id: str,
+    workload: str,
+    ac: ArmCapture,
+    cell_started: float,
+    response_ids: list[str],
+) -> dict:
+    """Write the cell's labeled drafts and return its capture columns for the cell row."""
+    from avbench.estimator.drafts import captured_to_drafts, write_drafts
+
+    t_end = time.time()
+    row: dict = {
+        "capture": list(ac.settings.kinds),
+        "draft_fraction": ac.settings.draft_fraction,
+        # Relative to the run directory for a launched server; as given for an attached one.
+        "capture_dir": str(
+            ac.directory.relative_to(run_dir)
+            if ac.directory.is_relative_to(run_dir)
+            else ac.directory
+        ),
+    }
+    row["capture_flushed"] = wait_flushed(ac.directory, t_end, ac.server_started)
+    status = [s for s in read_status(ac.directory) if s.get("time", 0) >= ac.server_started]
+    row["capture_errors"] = sum(sum(s.get("errors", {}).values()) for s in status)
+    row["capture_inert"] = sorted({w for s in status for w in s.get("inert", [])}) or None
+    if "drafts" in ac.settings.kinds:
+        captured = read_captured(ac.directory, response_ids)
+        parts = [
+            captured_to_drafts(
+                g,
+                {
+                    "run_id": f"{ac.run_id}/{ac.arm}/pid{pid}",
+                    "pair_id": ac.pair,
+                    "workload_id": workload,
+                },
+            )  # fmt: skip
+            for pid, g in captured.groupby("pid", sort=True)
+        ]
+        labeled = pd.concat(parts, ignore_index=True) if parts else None
+        if labeled is not None and len(labeled):
+            write_drafts(labeled, drafts_path(run_dir, cell_id))
+        row["capture_draft_rows"] = 0 if labeled is None else len(labeled)
+        row["capture_requests"] = int(captured["request_id"].nunique())
+    if "refits" in ac.settings.kinds:
+        from avbench.vllm_plugin.refits import read_refits
+
+        refits = read_refits(ac.directory)
+        row |= refit_summary(refits, ac.server_started, cell_started, t_end, ac.k)
+    return row
+
+
+# ----------------------------------------------------------------------------- report
+def _coef(slope: float, intercepts) -> str:
+    return f"slope {slope:.4f}, intercepts [{', '.join(f'{b:.4f}' for b in intercepts)}]"
+
+
+def render_estimator(run_dir: Path) -> str:
+    """Each cell's refit range, coefficient trajectory and final coefficients, as text."""
+    from avbench.store import RunStore
+    from avbench.vllm_plugin.refits import read_refits
+
+    store = RunStore.open(run_dir)
+    cells = [r for r in store.finished_cells().values() if "refits" in (r.get("capture") or [])]
+    dirs = {store.root / r["capture_dir"] for r in cells if r.get("capture_dir")}
+    refits = pd.concat(
+        [read_refits(d) for d in sorted(dirs) if d.is_dir()] or [pd.DataFrame()],
+        ignore_index=True,
+    )
+    if refits.empty or not cells:
+        why = (
+            "no cell captured refits" if not cells else "no refit lines in the capture directories"
+        )
+        return f"{store.root.name}: no estimator refits ({why}; only AV arms on Model Runner V2 refit)."
+    lines = [f"{store.root.name}: online estimator per cell (slope ω, intercepts β1..βK)"]
+    for r in cells:
+        lines.append(f"{r['cell_id']}:")
+        if not r.get("refits"):
+            lines.append(
+                f"  no refit during the cell; in force: {_coef(r['slope_end'], r['intercepts_end'])}"
+            )
+            continue
+        lines.append(
+            f"  refits #{r['refit_first']}..#{r['refit_last']} ({r['refits']}), worker pid {r['refit_pid']}"
+        )
+        lines.append(f"  start: {_coef(r['slope_start'], r['intercepts_start'])}")
+        sel = refits[
+            (refits["pid"] == r["refit_pid"])
+            & refits["refit_index"].between(r["refit_first"], r["refit_last"])
+        ]
+        for x in sel.sort_values("refit_index").itertuples():
+            lines.append(
+                f"  #{x.refit_index} (step {x.step_count}): {_coef(x.slope, x.intercepts)}"
+            )
+        lines.append(f"  end:   {_coef(r['slope_end'], r['intercepts_end'])}")
+    return "\n".join(lines)

@@ -1,0 +1,427 @@
+"""The answer page of one or several runs: report.html (self-contained, works offline),
+report.md (for CI job summaries and PR comments) and figures/*.png|svg (kaleido + Chromium).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from avbench.analysis.frontier import frontier_count
+from avbench.analysis.gain import comparisons, gain_tables
+from avbench.analysis.points import POOLED, build_points, views
+from avbench.analysis.schedule import check_dyn
+from avbench.report import figures as figs
+from avbench.report import tables
+from avbench.report.answer import answers
+from avbench.report.quality import definitions_note, quality_section
+from avbench.report.runs import RunSet, load_runs
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:24px;max-width:1500px;color:#222}
+table{border-collapse:collapse;margin:8px 0 16px}
+td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}
+td:first-child,th:first-child{text-align:left}
+caption{text-align:left;font-weight:600;padding:4px 0}
+.row{display:flex;flex-wrap:wrap;gap:12px}.row>div{flex:1 1 600px;min-width:0}
+.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:8px 12px}
+pre{background:#f6f6f6;padding:8px;overflow-x:auto}
+"""
+
+
+@dataclass
+class ReportFiles:
+    html: Path
+    markdown: Path
+    images: list[Path] = field(default_factory=list)
+    images_skipped: str | None = None  # one-line reason when no static figure was written
+
+
+@dataclass
+class _Page:
+    html: list[str] = field(default_factory=list)
+    md: list[str] = field(default_factory=list)
+    figures: list[tuple[str, object]] = field(default_factory=list)
+
+    def section(self, title: str, level: int = 2) -> None:
+        self.html.append(f"<h{level}>{html.escape(title)}</h{level}>")
+        self.md.append(f"{'#' * level} {title}\n")
+
+    def text(self, s: str, css: str = "") -> None:
+        cls = f" class='{css}'" if css else ""
+        self.html.append(f"<p{cls}>{html.escape(s)}</p>")
+        self.md.append(("> " if css == "warn" else "") + s + "\n")
+
+    def table(self, t: tables.Table) -> None:
+        self.html.append(t.html())
+        self.md.append(t.markdown())
+
+    def figure(self, name: str, fig) -> str:
+        """The figure's HTML (plotly.js inlined once, in the first figure)."""
+        self.figures.append((name, fig))
+        self.md.append(f"![{name}](figures/{name}.png)\n")
+        return fig.to_html(
+            full_html=False, include_plotlyjs=len(self.figures) == 1, div_id=f"fig-{name}"
+        )
+
+
+def _slug(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts)).strip("-")
+
+
+def default_out_dir(runs: Sequence[Path]) -> Path:
+    if len(runs) == 1:
+        return Path(runs[0])
+    digest = hashlib.sha1("\n".join(str(Path(r).resolve()) for r in runs).encode()).hexdigest()
+    return Path(runs[0]).parent / f"report-{digest[:8]}"
+
+
+def write_report(
+    runs: Sequence[Path], out_dir: Path | None = None, *, static_figures: bool = True
+) -> ReportFiles:
+    rs = load_runs(runs)
+    out = Path(out_dir) if out_dir else default_out_dir(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    page = _Page()
+    _header(page, rs)
+    if rs.cells.empty:
+        page.text("No finished cells in these runs.", "warn")
+    else:
+        points = build_points(rs.cells)
+        colors = figs.arm_colors(list(dict.fromkeys(points["arm"])))
+        _recommendation(page, rs, points)
+        _frontiers(page, rs, points, colors)
+        _gains(page, rs, points)
+        _dyn(page, rs, points)
+        _acceptance(page, points, colors)
+        _latency(page, rs)
+        _cells(page, points)
+        quality_section(page, rs)
+    _failures(page, rs)
+    definitions_note(page)
+    files = ReportFiles(html=out / "report.html", markdown=out / "report.md")
+    if static_figures and page.figures:
+        files.images, files.images_skipped = _export(page.figures, out / "figures")
+    elif page.figures:
+        files.images_skipped = "static figures not requested"
+    if files.images_skipped:
+        page.md.append(f"\n_Static figures skipped: {files.images_skipped}_\n")
+    title = "avbench: " + ", ".join(r.run_id for r in rs.runs)
+    files.html.write_text(
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{CSS}</style></head><body>" + "\n".join(page.html) + "</body></html>",
+        encoding="utf-8",
+    )
+    files.markdown.write_text("\n".join(page.md), encoding="utf-8")
+    return files
+
+
+# ----------------------------------------------------------------------------- sections
+def _header(page: _Page, rs: RunSet) -> None:
+    page.section("avbench: does Adaptive Verification pay off here?", 1)
+    rows = []
+    for r in rs.runs:
+        m = r.manifest
+        sweep = m.get("sweep") or {}
+        smp = sweep.get("sampling") or {}
+        rows.append(
+            (
+                r.run_id,
+                r.pair,
+                str(sweep.get("name", tables.MISSING)),
+                str((m.get("versions") or {}).get("vllm") or tables.MISSING),
+                f"temp {smp.get('temperature', tables.MISSING)}, top_p "
+                f"{smp.get('top_p', tables.MISSING)}, max_tokens "
+                f"{smp.get('max_tokens', tables.MISSING)}",
+                str(m.get("status", tables.MISSING)),
+                str(m.get("started_at", tables.MISSING)),
+            )
+        )
+    page.table(
+        tables.Table(("run", "pair", "sweep", "vLLM", "sampling", "status", "started"), tuple(rows))
+    )
+    configs = []
+    for r in rs.runs:
+        seen = rs.cells[rs.cells["run_id"] == r.run_id] if not rs.cells.empty else rs.cells
+        for a in r.manifest.get("arms") or []:
+            spec = _arm_config(seen, a)
+            configs.append((r.run_id, a["name"], spec))
+    if configs:
+        page.table(
+            tables.Table(
+                ("run", "arm", "speculative config"),
+                tuple(configs),
+                "Arms (speculative arms share draft_sample_method and any pinned attention backend)",
+            )
+        )
+    for nm in rs.not_measured():
+        page.text(f"{nm.arm} ({nm.run_id}) was not measured: {nm.reason}", "warn")
+
+
+def _arm_config(cells: pd.DataFrame, arm: dict) -> str:
+    if not cells.empty and "speculative_config" in cells:
+        cfg = cells.loc[cells["arm"] == arm["name"], "speculative_config"].dropna()
+        if len(cfg):
+            return json.dumps(_short_model(cfg.iloc[0]), sort_keys=True)
+    cmd = arm.get("command") or []
+    if "--speculative-config" in cmd:
+        spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
+        return json.dumps(_short_model(spec), sort_keys=True)
+    return "none (no speculation)" if arm.get("kind") == "baseline" else tables.MISSING
+
+
+def _short_model(cfg: dict) -> dict:
+    # A drafter shipped inside the package resolves to a machine path: show its name only.
+    model = cfg.get("model")
+    return cfg | {"model": Path(model).name} if isinstance(model, str) and "/" in model else cfg
+
+
+def _recommendation(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
+    page.section("Recommendation")
+    for ans in answers(rs, points):
+        page.table(tables.decisions_table(ans.pooled))
+        text = tables.recommendation_text(ans.pooled, ans.deploy)
+        page.html.append(_md_html(text))
+        page.md.append(text)
+        if len(ans.per_workload) > 1:
+            page.html.append("<details><summary>per workload</summary>")
+            for rec in ans.per_workload:
+                page.table(tables.decisions_table(rec))
+            page.html.append("</details>")
+
+
+def _md_html(text: str) -> str:
+    """The recommendation's small Markdown (bold, code, indented config lines) as HTML."""
+    out = []
+    for line in html.escape(text).splitlines():
+        line = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", line)
+        line = re.sub(r"`(.+?)`", r"<code>\1</code>", line)
+        if line.startswith("    "):
+            out.append(f"<pre>{line.strip()}</pre>")
+        elif line.startswith("- "):
+            out.append(f"<li>{line[2:]}</li>")
+        elif line:
+            out.append(f"<p>{line}</p>")
+    return "<div class='answer'>" + "\n".join(out) + "</div>"
+
+
+def _frontiers(page: _Page, rs: RunSet, points: pd.DataFrame, colors) -> None:
+    page.section("Throughput vs interactivity (Pareto)")
+    page.text(
+        "One trace per arm, points labelled by load; outlined points are on the frontier "
+        "(dashed). The dotted line joins the best static K at each load."
+    )
+    refits = rs.refits()
+    for pair, workload in views(points):
+        view = points[(points["pair"] == pair) & (points["workload"] == workload)]
+        counts = [
+            frontier_count(view, arm)
+            for arm in dict.fromkeys(view["arm"])
+            if arm.startswith(("av-", "dyn-"))
+        ]
+        sentences = [c.sentence() for c in counts]
+        page.section(f"{pair} · {workload}", 3)
+        for s in sentences:
+            page.text(s + ".")
+        name = _slug("pareto", pair, workload)
+        parts = [page.figure(name, figs.pareto(view, f"{pair} · {workload}", colors))]
+        if workload != POOLED and not refits.empty:
+            mine = refits[refits["workload"] == workload]
+            if not mine.empty:
+                title = f"estimator coefficients during {workload}"
+                parts.append(
+                    page.figure(
+                        _slug("refits", pair, workload), figs.refit_trajectories(mine, title)
+                    )
+                )
+        page.html.append("<div class='row'>" + "".join(f"<div>{p}</div>" for p in parts) + "</div>")
+
+
+def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
+    page.section("AV OFF → ON (and fixed K → schedule)")
+    page.text(
+        "OFF and ON differ in one switch. Δ is ON vs OFF; noise is the larger repeat spread "
+        "(max − min) / mean of the two arms; a change no larger than it is within noise."
+    )
+    av_missing = [nm for nm in rs.not_measured() if nm.arm.startswith("av-")]
+    for nm in av_missing:
+        page.text(
+            f"No AV gain table for {nm.run_id}: {nm.arm} was not measured ({nm.reason}).", "warn"
+        )
+    arms = points[["pair", "arm", "arm_kind"]].drop_duplicates()
+    shown = False
+    for pair in dict.fromkeys(arms["pair"]):
+        for off, on in comparisons(arms[arms["pair"] == pair]):
+            runs_of = {
+                arm: set(rs.cells.loc[rs.cells["arm"] == arm, "run_id"]) for arm in (off, on)
+            }
+            if runs_of[off].isdisjoint(runs_of[on]):
+                page.text(
+                    f"{off} and {on} come from different runs (sessions): the comparison "
+                    "includes whatever changed between them (machine load, drift), not only the "
+                    "switch.",
+                    "warn",
+                )
+            for t in gain_tables(points, pair, off, on):
+                page.text(tables.gain_summary(t))
+                page.table(tables.gain_table(t))
+                shown = True
+    if not shown and not av_missing:
+        page.text("No arm pair to compare (needs static-kK with av-kK or dyn-kK).")
+
+
+def _schedule_of(rs: RunSet, pair: str, arm: str) -> list | None:
+    """The schedule a dyn arm ran: from its cells' speculative config, else its run's sweep."""
+    cells = rs.cells[(rs.cells["pair"] == pair) & (rs.cells["arm"] == arm)]
+    for cfg in cells.get("speculative_config", pd.Series(dtype=object)).dropna():
+        if cfg.get("num_speculative_tokens_per_batch_size"):
+            return cfg["num_speculative_tokens_per_batch_size"]
+    for run_id in dict.fromkeys(cells["run_id"]):
+        schedule = (rs.run_of(run_id).manifest.get("sweep") or {}).get("schedule")
+        if schedule:
+            return schedule
+    return None
+
+
+def _dyn(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
+    dyn = points[points["arm_kind"] == "dyn"]
+    if dyn.empty:
+        return
+    page.section("Schedule check (dyn arms)")
+    for (pair, arm), sub in dyn.groupby(["pair", "arm"], sort=False):
+        schedule = _schedule_of(rs, pair, arm)
+        if schedule is None:
+            page.text(f"{arm}: schedule unknown (no speculative_config in its cells).")
+            continue
+        page.text(
+            f"{pair} {arm} runs num_speculative_tokens_per_batch_size = {json.dumps(schedule)}."
+        )
+        for workload, w in sub[sub["workload"] != POOLED].groupby("workload", sort=False):
+            closed = w[w["concurrency"].notna()]
+            measured = {
+                int(c): (None if np.isnan(v) else float(v))
+                for c, v in zip(
+                    closed["concurrency"], closed["draft_tokens_per_draft"], strict=True
+                )
+            }
+            checks = check_dyn([tuple(e) for e in schedule], measured)
+            page.table(tables.dyn_table(arm, workload, checks))
+
+
+def _acceptance(page: _Page, points: pd.DataFrame, colors) -> None:
+    fig = figs.acceptance_by_position(points[points["workload"] != POOLED], colors)
+    if fig is not None:
+        page.section("Acceptance per draft position")
+        page.html.append(page.figure("acceptance-by-position", fig))
+
+
+def _latency(page: _Page, rs: RunSet) -> None:
+    cells = rs.cells
+    if "cell_id" not in cells:
+        return
+    page.section("TTFT and TPOT per request, per cell")
+    for (pair, workload), sub in cells.groupby(["pair", "workload"], sort=False):
+        boxes = []
+        order = sub.assign(_c=pd.to_numeric(sub.get("concurrency"), errors="coerce"))
+        for (arm, load), g in order.groupby(["arm", "_c"], sort=True, dropna=False):
+            ttft, tpot = zip(*(rs.latencies(row) for _, row in g.iterrows()), strict=True)
+            label = f"{arm} c={load:g}" if not np.isnan(load) else f"{arm} rate"
+            boxes.append((label, np.concatenate(ttft), np.concatenate(tpot)))
+        name = _slug("latency", pair, workload)
+        page.html.append(
+            page.figure(name, figs.latency_distributions(boxes, f"{pair} · {workload}"))
+        )
+
+
+def _cells(page: _Page, points: pd.DataFrame) -> None:
+    page.section("Points (mean over repeats)")
+    rows = tuple(
+        (
+            r["pair"],
+            r["workload"],
+            r["arm"],
+            r["load"],
+            tables.fmt(r["y"]),
+            tables.fmt(r["x"]),
+            tables.fmt(r["tpot_ms"], ".2f"),
+            tables.fmt(r["ttft_ms"], ".1f"),
+            tables.fmt(r["acceptance_length"], ".2f"),
+            tables.fmt(r["draft_tokens_per_draft"], ".2f"),
+            tables.fmt(r["y_spread"] * 100, ".1f", "%"),
+            str(int(r["repeats"])),
+        )
+        for _, r in points.iterrows()
+    )
+    page.table(
+        tables.Table(
+            (
+                "pair",
+                "workload",
+                "arm",
+                "load",
+                "tok/s/GPU",
+                "tok/s/user",
+                "median TPOT ms",
+                "median TTFT ms",
+                "accept length",
+                "draft tokens/draft",
+                "spread",
+                "repeats",
+            ),
+            rows,
+        )
+    )
+
+
+def _failures(page: _Page, rs: RunSet) -> None:
+    failures = rs.unresolved_failures()
+    if not failures:
+        return
+    page.section("Cells not measured")
+    page.table(
+        tables.Table(
+            ("run", "cell", "reason"),
+            tuple(
+                (f["run_id"], str(f.get("cell_id")), str(f.get("reason", "")).splitlines()[0])
+                for f in failures
+            ),
+        )
+    )
+
+
+# ----------------------------------------------------------------------------- static figures
+def find_browser() -> str | None:
+    env = os.environ.get("BROWSER_PATH")
+    if env:
+        return env if Path(env).exists() else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _export(named: list[tuple[str, object]], folder: Path) -> tuple[list[Path], str | None]:
+    browser = find_browser()
+    if browser is None:
+        return [], "no Chromium found (install Debian's chromium, or set BROWSER_PATH)"
+    import plotly.io as pio
+
+    os.environ["BROWSER_PATH"] = browser
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{name}.{ext}" for ext in ("png", "svg") for name, _ in named]
+    try:
+        pio.write_images([f for _, f in named] * 2, paths)
+    except Exception as exc:  # kaleido/Chromium failures of any kind: the page still stands
+        return [], f"kaleido could not export ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+    return paths, None

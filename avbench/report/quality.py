@@ -1,0 +1,90 @@
+"""The report's output-quality section and its closing note on definitions.
+
+Quality: per speculative cell, the share of temperature-0 outputs identical to the baseline's,
+the first differing positions, the target's logit margin there when `avbench quality explain`
+has measured it (``<run>/near_ties.json``), and GSM8K exact match; arms that differ beyond
+noise are flagged (docs/fair-comparisons.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from avbench.cellrow import PEER_DIFFERENCES
+from avbench.metrics.quality import IDENTICAL_FLOOR, quality_flags
+from avbench.report import tables
+
+NEAR_TIES = "near_ties.json"  # written by `avbench quality explain RUN`
+
+
+def _rows(cells: pd.DataFrame) -> list[dict]:
+    return cells.astype(object).where(cells.notna(), None).to_dict("records")
+
+
+def _margins(rs) -> dict[tuple[str, str], list[float]]:
+    """(run id, cell id) -> margins at the first differing positions, where measured."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for run in rs.runs:
+        path = run.store.root / NEAR_TIES
+        if path.is_file():
+            for t in json.loads(path.read_text())["ties"]:
+                out.setdefault((run.run_id, t["cell_id"]), []).append(t["margin"])
+    return out
+
+
+def quality_section(page, rs) -> None:
+    columns = ("identical_to_baseline_share", "gsm8k_exact_match")
+    if not any(c in rs.cells for c in columns):
+        return
+    rows = [r for r in _rows(rs.cells) if any(r.get(c) is not None for c in columns)]
+    if not rows:
+        return
+    margins = _margins(rs)
+    page.section("Output quality")
+    body = []
+    for r in rows:
+        share, em = r.get("identical_to_baseline_share"), r.get("gsm8k_exact_match")
+        m = margins.get((r.get("run_id"), r["cell_id"]), [])
+        body.append(
+            (
+                r["cell_id"],
+                "-" if share is None else f"{share:.1%} of {int(r['identical_compared'])}",
+                ", ".join(map(str, (r.get("first_diff_positions") or [])[:10])) or "-",
+                ", ".join(f"{x:.3f}" for x in m[:10]) or "-",
+                "-" if em is None else f"{em:.3f} ± {r.get('gsm8k_exact_match_se') or 0:.3f}",
+            )
+        )
+    page.table(
+        tables.Table(
+            (
+                "cell",
+                "identical to baseline (temp 0)",
+                "first differing positions",
+                "target logit margin there",
+                "GSM8K exact match ± SE",
+            ),
+            tuple(body),
+            caption=f"An arm under {IDENTICAL_FLOOR:.0%} identical is flagged below. Margins: "
+            "`avbench quality explain RUN` (top-1 minus top-2 logit of the target).",
+        )
+    )
+    flags = quality_flags(rows)
+    for flag in flags:
+        page.text(flag, "warn")
+    if any("identical" in f for f in flags):
+        page.text(
+            "Verification runs the target on another batch shape than plain decoding, so its "
+            "floating-point sums run in another order; where the target's two best tokens are "
+            "nearly tied (a margin near 0) they can swap, and greedy output follows another "
+            "valid path from there. That is the expected cause of a differing output; a flip at "
+            "a large margin is not."
+        )
+
+
+def definitions_note(page) -> None:
+    page.section("Definitions that differ from vLLM's benchmark client")
+    for text in PEER_DIFFERENCES:
+        page.text(text)
+    page.text("Every column's definition: docs/metrics.md in the avbench repository.")

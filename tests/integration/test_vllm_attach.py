@@ -1,0 +1,87 @@
+"""`avbench sweep --endpoint URL` with no suite file against a REAL vLLM CPU server (tiny pair).
+
+One server for the module (a start costs ~1 min on 2 shared cores), stopped even on failure.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avbench.plan import Arm
+from avbench.server import ServerProcess, build_command, build_env, find_free_port, probe_vllm
+from avbench.store import RunStore
+from avbench.suite import load_suite
+
+pytestmark = pytest.mark.integration
+
+if probe_vllm(sys.executable).distribution is None:
+    pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    pair = load_suite().pair("tiny-cpu")
+    port = find_free_port()
+    server = ServerProcess(
+        cmd=build_command(pair, Arm("static", 3), port=port),
+        env=build_env(pair, Arm("static", 3), None),
+        port=port,
+        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
+        ready_timeout_s=600,
+    )
+    with server:
+        server.wait_ready({})
+        yield server
+
+
+def avbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    # cwd outside the repo: no ./suites, so nothing comes from a suite file.
+    env = {k: v for k, v in os.environ.items() if k not in ("AVBENCH_SUITES", "OPENAI_API_KEY")}
+    return subprocess.run(
+        [sys.executable, "-m", "avbench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=3600,  # 72 requests x 128 tokens on 2 shared cores
+        cwd=cwd,
+        env=env,
+    )
+
+
+def test_synthetic_lengths_are_what_the_server_counted(vllm, tmp_path):
+    res = avbench(
+        "sweep", "--endpoint", vllm.base_url, "--workload", "synthetic", "--input-len", "32",
+        "--output-len", "128", "--ignore-eos", "--concurrencies", "1,4", "--requests", "32",
+        "--arm", "static-k3", "--temperature", "0", "--results", str(tmp_path), "--run-id", "s",
+        "--no-report", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    store = RunStore.open(tmp_path / "s")
+    rows = store.finished_cells()
+    assert sorted(rows) == ["static-k3__synthetic__c1__rep0", "static-k3__synthetic__c4__rep0"]
+    for cell_id, row in rows.items():
+        records = [r for r in store.read_records(cell_id) if not r.warmup]
+        assert len(records) == 32 and all(r.ok for r in records)
+        # vLLM's own usage: exactly the prompt length built with its /tokenize, and
+        # exactly max_tokens generated past EOS.
+        assert {r.prompt_tokens for r in records} == {32}
+        assert {r.completion_tokens for r in records} == {128}
+        assert {len(r.output_token_ids) for r in records} == {128}
+        assert row["acceptance_length"] is not None and row["acceptance_length"] > 1
+    src = store.read_manifest()["workload_sources"]["synthetic"]["source"]
+    assert src["origin"] == "synthetic:server:/tokenize of tiny-target"
+
+
+def test_wrong_model_fails_before_any_request(vllm, tmp_path):
+    before = vllm.log_path.read_text().count("POST /v1/")
+    res = avbench(
+        "sweep", "--endpoint", vllm.base_url, "--model", "not-served", "--workload", "synthetic",
+        "--input-len", "8", "--output-len", "8", "--results", str(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode != 0
+    (line,) = res.stderr.strip().splitlines()
+    assert "'not-served'" in line and "it serves: tiny-target" in line
+    assert vllm.log_path.read_text().count("POST /v1/") == before
+    assert not list(tmp_path.iterdir())

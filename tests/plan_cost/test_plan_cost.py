@@ -1,0 +1,159 @@
+"""avbench.plan_cost: server starts, request counts, the output-token bound and the estimate."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from avbench.plan import build_plan
+from avbench.plan_cost import estimate_wall_time, format_duration, plan_work
+from avbench.suite import Pair, Sweep
+
+REPO = Path(__file__).resolve().parents[2]
+PAIR = Pair(name="p", target="t", drafter="d", method="draft_model", max_k=3, k_values=[1, 3])
+SWEEP = Sweep(
+    name="s",
+    workloads=["one-turn", "two-turn"],
+    concurrencies=[1, 4],
+    arms=["static", "av"],
+    requests_per_concurrency=2,
+    min_requests=6,
+    warmup=1,
+    repeats=2,
+    sampling={"max_tokens": 64},
+)
+
+
+def work(unsupported=None, turns=None):
+    cells = build_plan(PAIR, SWEEP)
+    arms = dict.fromkeys(c.arm for c in cells)
+    return cells, plan_work(
+        cells,
+        max_tokens=SWEEP.sampling.max_tokens,
+        turns=turns if turns is not None else {"one-turn": 1, "two-turn": 2},
+        commands=dict.fromkeys(arms, ["python", "-m", "x"]),
+        unsupported=unsupported or {},
+    )
+
+
+def test_one_server_start_per_repeat_and_supported_arm():
+    _, w = work()
+    assert [a.arm for a in w.arms] == ["static-k1", "static-k3", "av-k3"]
+    assert w.server_starts == 3 * 2
+    _, w = work(unsupported={"av-k3": "no AV on CPU"})
+    assert w.server_starts == 2 * 2
+    assert w.arms[2].server_starts == 0 and w.arms[2].requests == 0
+    assert w.arms[2].unsupported == "no AV on CPU"
+
+
+def test_requests_and_output_token_bound():
+    _, w = work(unsupported={"av-k3": "x"})
+    # Per arm and repeat: c=1 -> 6 + 1 warmup, c=4 -> 8 + 1, for each of two workloads.
+    per_workload = (6 + 1) + (8 + 1)
+    assert w.requests == 2 * 2 * 2 * per_workload
+    # The two-turn workload sends two requests per conversation.
+    assert w.max_output_tokens == 2 * 2 * per_workload * (1 + 2) * 64
+
+
+def test_unknown_turns_count_one_and_are_named():
+    _, w = work(turns={"one-turn": 1, "two-turn": None})
+    assert w.unknown_turns == ["two-turn"]
+    assert w.max_output_tokens == 3 * 2 * 2 * 16 * 64
+
+
+def test_wall_time_from_a_previous_run():
+    cells, w = work(unsupported={"av-k3": "x"})
+    # Previous run: the same plan measured at 0.5 s per request, 100 s per server start.
+    prev = pd.DataFrame(
+        [c.to_dict() | {"window_s": 0.5 * c.num_requests} for c in cells if c.arm != "av-k3"]
+    )
+    in_cells = float(((prev["num_requests"] + prev["warmup"]) * 0.5).sum())
+    manifest = {
+        "started_at": "2026-12-01T00:00:00+00:00",
+        "ended_at": pd.Timestamp("2026-12-01T00:00:00+00:00")
+        + pd.Timedelta(seconds=in_cells + 4 * 100),
+    }
+    manifest["ended_at"] = manifest["ended_at"].isoformat()
+    est = estimate_wall_time(cells, w, prev, manifest)
+    assert est.server_start_s == pytest.approx(100)
+    assert est.seconds == pytest.approx(in_cells + 4 * 100)
+    assert (est.cells_priced, est.cells_fallback) == (len(prev), 0)
+
+
+def test_unmatched_cells_fall_back_to_the_same_load():
+    cells, w = work(unsupported={"av-k3": "x"})
+    prev = pd.DataFrame(
+        [
+            {
+                "arm": "static-k3",
+                "workload": "one-turn",
+                "concurrency": c,
+                "rate": None,
+                "repeat": 0,
+                "num_requests": 10,
+                "warmup": 0,
+                "window_s": 10.0 * c,
+            }
+            for c in (1, 4)
+        ]
+    )
+    est = estimate_wall_time(cells, w, prev, {})
+    expected = sum((c.num_requests + c.warmup) * c.concurrency for c in cells if c.arm != "av-k3")
+    assert est.seconds == pytest.approx(expected)
+    # 16 cells run (av unsupported); 4 of them are static-k3 on one-turn (2 loads x 2 repeats).
+    assert (est.cells_priced, est.cells_fallback) == (4, 12)
+
+
+def test_format_duration():
+    assert format_duration(59.6) == "1m00s"
+    assert format_duration(3 * 3600 + 125) == "3h02m"
+
+
+def test_cli_plan_shows_commands_work_and_wall_time(tmp_path):
+    """`avbench plan --from RUN` on the shipped nightly-cpu sweep, priced by a stored run."""
+    from avbench.plan import Cell
+    from avbench.store import RunStore
+    from avbench.suite import load_suite
+
+    suite = load_suite(REPO / "suites")
+    cells = build_plan(suite.pair("tiny-cpu"), suite.sweep("nightly-cpu"))
+    prev = RunStore.create(
+        tmp_path,
+        "prev",
+        {
+            "run_id": "prev",
+            "started_at": "2026-12-01T00:00:00+00:00",
+            "ended_at": "2026-12-01T00:10:00+00:00",
+        },
+    )
+    measured: list[Cell] = [c for c in cells if not c.arm.startswith("av")]
+    for c in measured:  # 2 s per request everywhere
+        prev.write_cell(c.to_dict() | {"window_s": 2.0 * c.num_requests}, [], {})
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "plan", "--pair", "tiny-cpu", "--sweep", "nightly-cpu",
+         "--from", str(prev.root)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=os.environ | {"COLUMNS": "200"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for arm in ("static-k1", "static-k3", "av-k3"):
+        assert f"  {arm}: " in out and "-m vllm.entrypoints.openai.api_server" in out
+    # Per arm: 2 repeats x (c=1: 4 + 1 warmup, c=4: 4 + 1); AV is not started where this vLLM
+    # cannot run it (the CPU build).
+    av_line = next(line for line in out.splitlines() if line.startswith("  av-k3: "))
+    arms = 2 if "[unsupported here, not started" in av_line else 3
+    assert (
+        f"work: {20 * arms} requests (warmup included), at most {20 * arms * 32:,} output "
+        f"tokens, {2 * arms} server starts"
+    ) in out
+    # Each request at 2 s; each start at the stored run's (600 s - 80 s in cells) / 4 starts.
+    if arms == 2:
+        assert "estimated wall time: 10m00s from run prev (8 cells priced from the same cell" in out
