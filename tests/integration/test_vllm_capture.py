@@ -215,7 +215,9 @@ def test_a_failing_capture_write_is_counted_and_serving_goes_on(served):
     before = served.metrics()
     try:
         ids = [served.complete(f"Count the apples number {i}:", 24) for i in range(2)]
-        deadline = time.time() + 30
+        # Ask for the flush now rather than waiting for the writer's 30 s age limit.
+        wait_flushed(served.capture, time.time(), 0.0, timeout_s=5)
+        deadline = time.time() + 60
         while time.time() < deadline:
             errs = [s["errors"] for s in read_status(served.capture) if s["pid"] == pid]
             if errs and errs[0].get("writer", 0) >= 1:
