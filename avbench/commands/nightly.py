@@ -9,12 +9,8 @@ from typing import Annotated
 
 import typer
 
+from avbench.commands.sweep import SuitesOpt
 from avbench.errors import AvbenchError
-
-SuitesOpt = Annotated[
-    Path | None,
-    typer.Option("--suites", help="Suite directory (default: ./suites or $AVBENCH_SUITES)"),
-]
 
 
 def register(app: typer.Typer) -> None:
