@@ -75,7 +75,7 @@ def arms_for(pair: Pair, sweep: Sweep) -> list[Arm]:
     if "baseline" in sweep.arms:
         arms.append(Arm("baseline"))
     if "static" in sweep.arms:
-        arms += [Arm("static", k) for k in ks]
+        arms += [Arm("static", k) for k in (ks if sweep.static_k == "all" else ks[-1:])]
     if "av" in sweep.arms:
         arms.append(Arm("av", max(ks)))
     if "dyn" in sweep.arms and sweep.schedule:

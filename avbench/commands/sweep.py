@@ -52,6 +52,35 @@ def pairs(suites: SuitesOpt = None, as_json: Annotated[bool, JsonOpt] = False) -
     )
 
 
+def _preflight(pair, sweep, pairs_file: Path | None, python: str) -> None:
+    """Every server command line checked by the installed vLLM before any server starts."""
+    from avbench.plan import arms_for
+    from avbench.preflight import Target, require_preflight
+
+    require_preflight(
+        [Target(pair, a, pairs_file, sweep) for a in arms_for(pair, sweep)],
+        python,
+        echo=lambda line: typer.echo(line, err=True),
+    )
+
+
+def _preflight_stored(run_dir: Path, python: str) -> None:
+    """Pre-flight of a run being resumed: the vLLM may have changed since it started."""
+    from pydantic import ValidationError
+
+    from avbench.store import RunStore
+    from avbench.suite import Pair, Sweep
+
+    m = RunStore.open(run_dir).read_manifest()
+    if m.get("endpoint"):
+        return
+    try:
+        pair, sweep = Pair.model_validate(m["pair"]), Sweep.model_validate(m["sweep"])
+    except (KeyError, TypeError, ValidationError):
+        return  # resume_sweep names what the manifest lacks
+    _preflight(pair, sweep, None, python)
+
+
 def _resolve(suites, pair_name, sweep_name, overrides):
     """Load the suite, pick pair and sweep, apply CLI overrides with the same validation."""
     from pydantic import ValidationError
@@ -297,6 +326,7 @@ def sweep(
     reporter = RichReporter(console)
     try:
         if resume is not None:
+            _preflight_stored(resume, python)
             outcome = resume_sweep(
                 resume,
                 {
@@ -377,15 +407,8 @@ def sweep(
                 capture_dir=capture_dir,
             )
             check_new_run(opts)  # bad options fail before the slower pre-flight
-            if endpoint is None:  # every server command line checked before any server starts
-                from avbench.plan import arms_for
-                from avbench.preflight import Target, require_preflight
-
-                require_preflight(
-                    [Target(p, a, suite.root / "pairs.toml", s) for a in arms_for(p, s)],
-                    python,
-                    echo=lambda line: typer.echo(line, err=True),
-                )
+            if endpoint is None:
+                _preflight(p, s, suite.root / "pairs.toml", python)
             outcome = start_sweep(opts, reporter)
     except KeyboardInterrupt:
         reporter.close()

@@ -68,6 +68,14 @@ class RunSet:
     def run_of(self, run_id: str) -> Run:
         return next(r for r in self.runs if r.run_id == run_id)
 
+    def manifest_of(self, pair: str) -> dict:
+        """The manifest of the first run (or merged run's source) that swept this pair."""
+        for run in self.runs:
+            for m in [run.manifest, *(run.manifest.get("sources") or {}).values()]:
+                if (m.get("pair") or {}).get("name") == pair:
+                    return m
+        raise AvbenchError(f"no run of pair {pair} among {', '.join(r.run_id for r in self.runs)}")
+
     def latencies(self, row: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Per-request TTFT and TPOT (ms) of one cell's measured, successful requests."""
         from avbench.metrics.data import CellData

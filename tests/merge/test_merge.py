@@ -112,6 +112,25 @@ def test_report_reads_a_run_spread_over_two_machines(tmp_path):
     assert "static-k1" in md and "static-k3" in md
 
 
+def test_report_and_recommendation_of_two_pairs_merged(tmp_path):
+    """The nightly matrix: one runner per pair, merged into one report with an answer per pair."""
+    from avbench.report import write_report
+    from avbench.report.answer import answers
+    from avbench.report.runs import load_runs
+
+    a = make_run(tmp_path / "a", "night-a", "pair-a")
+    b = make_run(tmp_path / "b", "night-b", "pair-b", tput=50.0)
+    merged = merge_runs([a.root, b.root], tmp_path / "merged").store
+    got = {ans.pooled.pair: ans for ans in answers(load_runs([merged.root]))}
+    assert set(got) == {"pair-a", "pair-b"}
+    for ans in got.values():
+        assert ans.pooled.schedule is not None
+        (config,) = ans.deploy.values()
+        assert config["method"] == "draft_model"
+    md = write_report([merged.root], static_figures=False).markdown.read_text()
+    assert "pair-a" in md and "pair-b" in md
+
+
 def test_disjoint_cell_ids_keep_their_names(tmp_path):
     a = make_run(tmp_path / "a", "night-a", "pair-a")
     merged = merge_runs([a.root], tmp_path / "merged").store

@@ -21,6 +21,13 @@ def test_k_values_capped_at_pair_max_k(suite):
     assert [a.name for a in arms] == ["baseline", "static-k1", "static-k3", "av-k3"]
 
 
+@pytest.mark.parametrize("pair", ["tiny-cpu", "mimo-dflash", "dsv4-dspark", "inkling-mtp"])
+def test_nightly_runs_av_and_its_off_twin_only(suite, pair):
+    p = suite.pair(pair)
+    arms = arms_for(p, suite.sweep("nightly"))
+    assert [a.name for a in arms] == [f"static-k{p.max_k}", f"av-k{p.max_k}"]
+
+
 def test_plan_interleaves_arms_across_repeats(suite):
     pair, sweep = suite.pair("mimo-dflash"), suite.sweep("default")
     cells = build_plan(pair, sweep)

@@ -7,6 +7,7 @@ fail; the check only imports vLLM's Python modules (about 10 s on 2 cores).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -148,3 +149,31 @@ def test_cli_preflight_and_sweep_refuse_before_any_server(suites_copy, tmp_path)
     assert "unknown vLLM flag --max-num-seqz" in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("error: pre-flight: 3 problem(s)")
     assert not results.exists() or not any(results.rglob("server.log"))
+
+
+def test_resume_checks_the_stored_command_lines_first(tmp_path):
+    """A run resumed under another vLLM (or with a hand-edited manifest) is pre-flighted too."""
+    suite = load_suite()
+    pair = suite.pair("tiny-cpu")
+    bad = pair.model_copy(update={"serve_flags": [*pair.serve_flags, "--max-num-seqz", "2"]})
+    run = tmp_path / "r"
+    run.mkdir()
+    manifest = {
+        "run_id": "r",
+        "status": "interrupted",
+        "pair": bad.model_dump(mode="json"),
+        "sweep": suite.sweep("demo").model_dump(mode="json"),
+        "workloads": {},
+        "plan": [],
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "sweep", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"COLUMNS": "300"},
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "pair tiny-cpu, arm static-k3: unknown vLLM flag --max-num-seqz" in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("error: pre-flight: 3 problem(s)")
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
