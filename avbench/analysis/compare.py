@@ -10,10 +10,13 @@ vLLM version is deliberately *not* a setting: a vLLM upgrade is what a nightly c
 for.
 
 Noise. Each run's noise for a metric is the spread of its repeats, (max - min) / mean
-(docs/fair-comparisons.md). A difference counts only when |new - base| / base exceeds the larger of the two
-runs' spreads and the tolerance floor (default 5%), which also stands in for the noise of a
-run with a single repeat. A cell is "worse" when any metric is worse beyond the noise,
-"better" when one is better and none worse, else "same within noise".
+(docs/fair-comparisons.md). A latency median (TTFT, TPOT) also has a sampling noise from its
+requests, which a single repeat has too: the half-width of the 95% bootstrap interval of the
+relative difference between the two runs' medians, resampling each run's requests (pooled
+over its repeats). A difference counts only when |new - base| / base exceeds the largest of
+the two spreads, the sampling noise and the tolerance floor (default 5%). A cell is "worse"
+when any metric is worse beyond the noise, "better" when one is better and none worse, else
+"same within noise".
 
 Pure: pandas in, typed results out.
 """
@@ -31,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 DEFAULT_TOLERANCE = 0.05
+BOOTSTRAP_RESAMPLES = 2000
 KEYS = ("pair", "workload", "arm", "concurrency", "rate")
 SAMPLING_COLUMNS = ("temperature", "top_p", "max_tokens", "ignore_eos", "chat_template_kwargs")
 REQUEST_COLUMNS = (
@@ -70,8 +74,26 @@ class MetricDelta:
     rel: float  # (new - base) / base
     base_spread: float  # NaN with one repeat
     new_spread: float
+    sampling: float  # bootstrap half-width of rel (latency medians); NaN without requests
     noise: float  # the threshold |rel| had to exceed
     verdict: Verdict
+
+
+@dataclass(frozen=True)
+class RunCells:
+    """One run's side of a comparison: its cell rows and, per row, the settings that must
+    agree (``cell_settings``) and the per-request samples of its latency medians
+    (column -> values, ``metrics.data.request_latencies_ms``; empty when not stored)."""
+
+    rows: pd.DataFrame
+    settings: list[dict]
+    requests: list[dict[str, np.ndarray]] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.settings) != len(self.rows) or (
+            self.requests is not None and len(self.requests) != len(self.rows)
+        ):
+            raise ValueError("RunCells: one settings (and requests) entry per row")
 
 
 @dataclass(frozen=True)
@@ -186,39 +208,67 @@ def _norm_key(v):
     return v
 
 
-def _groups(cells: pd.DataFrame, settings: list[dict]) -> dict[tuple, dict]:
+def _groups(run: RunCells) -> dict[tuple, dict]:
     out: dict[tuple, dict] = {}
-    for (_, row), s in zip(cells.iterrows(), settings, strict=True):
-        g = out.setdefault(_key_of(row), {"rows": [], "settings": s})
+    requests = run.requests or [{} for _ in run.settings]
+    for (_, row), s, req in zip(run.rows.iterrows(), run.settings, requests, strict=True):
+        g = out.setdefault(_key_of(row), {"rows": [], "settings": s, "requests": []})
         g["rows"].append(row)
+        g["requests"].append(req)
     return out
 
 
-def _delta(metric: Metric, base: pd.Series, new: pd.Series, tolerance: float) -> MetricDelta:
-    b, n = float(base.mean()), float(new.mean())
-    bs, ns = _spread(base), _spread(new)
-    noise = max([tolerance, *(s for s in (bs, ns) if not math.isnan(s))])
+def sampling_noise(base: np.ndarray, new: np.ndarray, seed: int = 0) -> float:
+    """Half-width of the 95% bootstrap interval of median(new) / median(base) - 1; NaN when
+    either side has fewer than two requests."""
+    if len(base) < 2 or len(new) < 2:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    mb = np.median(rng.choice(base, (BOOTSTRAP_RESAMPLES, len(base))), axis=1)
+    mn = np.median(rng.choice(new, (BOOTSTRAP_RESAMPLES, len(new))), axis=1)
+    ok = mb > 0
+    if not ok.any():
+        return float("nan")
+    lo, hi = np.percentile(mn[ok] / mb[ok] - 1.0, [2.5, 97.5])
+    return float((hi - lo) / 2)
+
+
+def _pooled(requests: list[dict[str, np.ndarray]], column: str) -> np.ndarray:
+    parts = [r[column] for r in requests if column in r]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _delta(metric: Metric, base: dict, new: dict, tolerance: float) -> MetricDelta:
+    def values(g: dict) -> pd.Series:
+        col = pd.DataFrame(g["rows"]).get(metric.column, pd.Series(dtype=float))
+        return pd.to_numeric(col, errors="coerce")
+
+    vb, vn = values(base), values(new)
+    b, n = float(vb.mean()), float(vn.mean())
+    bs, ns = _spread(vb), _spread(vn)
+    sampling = sampling_noise(
+        _pooled(base["requests"], metric.column), _pooled(new["requests"], metric.column)
+    )
+    noise = max([tolerance, *(s for s in (bs, ns, sampling) if not math.isnan(s))])
     if math.isnan(b) or math.isnan(n) or b == 0:
-        return MetricDelta(metric, b, n, float("nan"), bs, ns, noise, "n/a")
+        return MetricDelta(metric, b, n, float("nan"), bs, ns, sampling, noise, "n/a")
     rel = (n - b) / abs(b)
     if abs(rel) <= noise:
         verdict: Verdict = "same within noise"
     else:
         verdict = "better" if (rel > 0) == metric.higher_is_better else "worse"
-    return MetricDelta(metric, b, n, rel, bs, ns, noise, verdict)
+    return MetricDelta(metric, b, n, rel, bs, ns, sampling, noise, verdict)
 
 
 def compare_cells(
-    base: pd.DataFrame,
-    base_settings: list[dict],
-    new: pd.DataFrame,
-    new_settings: list[dict],
+    base: RunCells,
+    new: RunCells,
     *,
     tolerance: float = DEFAULT_TOLERANCE,
     ignore: frozenset[str] = frozenset(),
 ) -> Comparison:
-    """Compare two runs' cell rows; ``*_settings[i]`` is ``cell_settings`` of row i."""
-    gb, gn = _groups(base, base_settings), _groups(new, new_settings)
+    """Compare two runs cell by cell (see the module docstring)."""
+    gb, gn = _groups(base), _groups(new)
     result = Comparison(tolerance=tolerance)
     for key in gb.keys() - gn.keys():
         result.only_base.append(dict(zip(KEYS, key, strict=True)))
@@ -236,17 +286,10 @@ def compare_cells(
         if blocking:
             result.mismatched.append(Mismatch(kd, blocking))
             continue
-        rb, rn = pd.DataFrame(gb[key]["rows"]), pd.DataFrame(gn[key]["rows"])
-        deltas = [
-            _delta(
-                m,
-                pd.to_numeric(rb.get(m.column, pd.Series(dtype=float)), errors="coerce"),
-                pd.to_numeric(rn.get(m.column, pd.Series(dtype=float)), errors="coerce"),
-                tolerance,
-            )
-            for m in METRICS
-        ]
-        result.cells.append(CellComparison(kd, len(rb), len(rn), deltas, sorted(diffs)))
+        deltas = [_delta(m, gb[key], gn[key], tolerance) for m in METRICS]
+        result.cells.append(
+            CellComparison(kd, len(gb[key]["rows"]), len(gn[key]["rows"]), deltas, sorted(diffs))
+        )
     order = {k: i for i, k in enumerate(gb)}
     result.cells.sort(key=lambda c: order[tuple(c.key[k] for k in KEYS)])
     return result
@@ -297,7 +340,8 @@ def to_markdown(cmp: Comparison, base_name: str, new_name: str) -> str:
         "",
         f"Baseline `{base_name}` → new `{new_name}`: {len(cmp.cells)} cells compared, "
         f"**{worse} worse**, {better} better, {same} same within noise; noise floor "
-        f"{cmp.tolerance:.0%} (or the repeats' spread when larger).",
+        f"{cmp.tolerance:.0%} (or the repeats' spread, or a latency median's sampling noise, "
+        "when larger).",
         "",
     ]
     if cmp.cells:

@@ -89,15 +89,8 @@ def compare(
 
     if not 0 <= tolerance < 1:
         raise AvbenchError(f"--tolerance: expected a fraction in [0, 1), got {tolerance}")
-    base_cells, base_settings = _cells_with_settings(baseline)
-    new_cells, new_settings = _cells_with_settings(new)
     result = compare_cells(
-        base_cells,
-        base_settings,
-        new_cells,
-        new_settings,
-        tolerance=tolerance,
-        ignore=frozenset(ignore or []),
+        _run_cells(baseline), _run_cells(new), tolerance=tolerance, ignore=frozenset(ignore or [])
     )
     text = to_markdown(result, baseline.name, new.name)
     typer.echo(text)
@@ -107,19 +100,27 @@ def compare(
     raise typer.Exit(result.exit_code)
 
 
-def _cells_with_settings(path: Path):
-    """A run's cell rows and, per row, the settings a comparison must find equal."""
+def _run_cells(path: Path):
+    """A run's cell rows with, per row, the settings a comparison must find equal and the
+    per-request latencies behind its medians."""
     import pandas as pd
 
-    from avbench.analysis.compare import cell_settings
+    from avbench.analysis.compare import RunCells, cell_settings
     from avbench.merge import source_manifest
+    from avbench.metrics.data import request_latencies_ms
     from avbench.store import RunStore
 
     store = RunStore.open(path)
     manifest = store.read_manifest()
     rows = list(store.finished_cells().values())
     settings = [cell_settings(r, source_manifest(manifest, r.get("run_id"))) for r in rows]
-    return pd.DataFrame(rows), settings
+    requests = [
+        request_latencies_ms(store.read_records(r["cell_id"]))
+        if store.requests_path(r["cell_id"]).exists()
+        else {}
+        for r in rows
+    ]
+    return RunCells(pd.DataFrame(rows), settings, requests)
 
 
 def merge(

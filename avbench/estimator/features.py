@@ -36,7 +36,7 @@ def vllm_logit_qmax(logits, temperature) -> np.ndarray:
     blocks rescaled to the global max and summed, then f = -log(max(total - 1, 0)) clamped to
     ±40. Because ``total`` holds the top token's 1 in float32, the complement keeps only ~7
     digits: above f ≈ 16 it rounds to 0 (f = 40) and from f ≈ 10 to 15 it is off by up to
-    ~0.25 from the exact logit (docs/adaptive-verification.md). ``logits``: numpy array or torch tensor (…, V);
+    ~0.25 (~0.4 on small vocabularies) from the exact logit (docs/adaptive-verification.md). ``logits``: numpy array or torch tensor (…, V);
     ``temperature``: a scalar or one value per row. Matches the kernel bit for bit in Triton's
     interpreter (same reduction order); on a GPU the exp and sum differ in the last bits.
     """

@@ -158,3 +158,10 @@ def _chunk_arrays(ok: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray, 
     counts = np.bincount(request[later], minlength=lengths.size)
     has_steps = counts > 0
     return gaps, step_tokens, sums[has_steps] / counts[has_steps]
+
+
+def request_latencies_ms(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
+    """Per successful measured request, in ms, keyed by the cell column that is their median:
+    the samples behind ``ttft_ms_median`` and ``tpot_ms_median``."""
+    data = CellData.from_records(records, window_s=1.0, gpus=1)
+    return {"ttft_ms_median": data.ttft_s * 1000.0, "tpot_ms_median": data.tpot_s * 1000.0}

@@ -78,21 +78,13 @@ class RunSet:
 
     def latencies(self, row: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Per-request TTFT and TPOT (ms) of one cell's measured, successful requests."""
-        from avbench.metrics.data import CellData
-        from avbench.records import RequestRecord
+        from avbench.metrics.data import request_latencies_ms
 
-        path = self.run_of(row["run_id"]).store.requests_path(row["cell_id"])
-        if not path.exists():
+        store = self.run_of(row["run_id"]).store
+        if not store.requests_path(row["cell_id"]).exists():
             return np.zeros(0), np.zeros(0)
-        frame = pd.read_parquet(path).drop(columns=["cell_id"], errors="ignore")
-        frame = frame.astype(object).where(frame.notna(), None)
-        fields = set(RequestRecord.__dataclass_fields__)
-        records = [
-            RequestRecord(**{k: _plain(v) for k, v in r.items() if k in fields})
-            for r in frame.to_dict("records")
-        ]
-        data = CellData.from_records(records, window_s=1.0, gpus=1)
-        return data.ttft_s * 1000.0, data.tpot_s * 1000.0
+        ms = request_latencies_ms(store.read_records(row["cell_id"]))
+        return ms["ttft_ms_median"], ms["tpot_ms_median"]
 
     def refits(self) -> pd.DataFrame:
         """The estimator's refits from plugin captures, each attributed to the cell whose
@@ -113,10 +105,6 @@ class RunSet:
                 refits = pd.DataFrame(rows).assign(run_id=run.run_id, arm=arm)
                 frames.append(_attribute(refits, cells[cells["arm"] == arm]))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def _plain(v):
-    return v.tolist() if isinstance(v, np.ndarray) else v
 
 
 def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:

