@@ -1,9 +1,10 @@
 """The nightly job end to end on CPU against REAL vLLM servers (the tiny pair).
 
-`make nightly PAIR=tiny-cpu` (doctor, pre-flight, sweep, report, no baseline yet). Then short sweeps of one server start each (one repeat, 16 requests per cell): two
-back to back with the same settings (expected "same within noise", xfail-tolerant: this shared
-machine drifts more than any floor), and a run made slower on purpose by the server flag
-`--max-num-seqs 1` (listed as a settings difference, then "worse" at c=4 with --ignore, exit 1).
+`make nightly PAIR=tiny-cpu` (doctor, pre-flight, sweep, report, no baseline yet). Then short
+sweeps of one server start each (one repeat, 16 requests per cell): two back to back with the
+same settings (expected "same within noise"), and a run made slower on purpose by the server
+flag `--max-num-seqs 1` (listed as a settings difference, then "worse" at c=4 with --ignore,
+exit 1).
 """
 
 from __future__ import annotations
