@@ -87,6 +87,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("capture_draft_rows", int | None, "drafts", "labeled draft rows captured for the cell."),
     Column("capture_requests", int | None, "requests", "requests with captured drafts."),
     Column("capture_failed", Text, "", "why the cell's captures could not be filed (the cell itself is kept)."),
+    Column("capture_dir", Text, "path", "where the arm's server wrote its captures (relative to the run directory for a launched server)."),
+    Column("refits", int | None, "count", "refits of vLLM's online acceptance estimator during the cell (first tensor-parallel rank)."),
+    Column("refit_pid", int | None, "pid", "worker process whose estimator the refit columns follow."),
+    Column("refit_first", int | None, "index", "refit index of the cell's first refit (None: no refit during the cell)."),
+    Column("refit_last", int | None, "index", "refit index of the cell's last refit."),
+    Column("slope_start", Number, "", "estimator slope in force when the cell started (the cold value when no refit came before)."),
+    Column("intercepts_start", list | None, "", "per-position intercepts in force when the cell started."),
+    Column("slope_end", Number, "", "estimator slope in force when the cell ended."),
+    Column("intercepts_end", list | None, "", "per-position intercepts in force when the cell ended."),
 )
 # fmt: on
 

@@ -86,6 +86,9 @@ def test_refit_summary_uses_the_servers_refits_around_the_cell(tmp_path):
     cold = refit_summary(df, since=100.0, t0=100.5, t1=100.9, k=2)
     assert cold["refits"] == 0 and cold["slope_start"] == cold["slope_end"] == 0.5
     assert cold["intercepts_end"] == [-0.2, -0.2]
+    from avbench.cellrow import definition_of
+
+    assert [c for c in (*s, "capture_dir") if definition_of(c) is None] == []
 
 
 def _capture_some(directory, rid, step, labels_accepted):

@@ -92,6 +92,7 @@ def test_sweep_captures_equal_the_servers_counters(served, tmp_path):
     ]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "have no definition" not in res.stderr  # every capture column is in the row schema
     run = results / "cap"
     rows = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
     assert len(rows) == 2
