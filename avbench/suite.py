@@ -91,9 +91,9 @@ class Sweep(BaseModel):
     rates: list[float] | None = None  # open-loop req/s instead of concurrencies
     k_values: list[int] = [1, 3, 5, 8]
     arms: list[Literal["baseline", "static", "av", "dyn"]] = ["baseline", "static", "av"]
-    # "all": a static arm per K; "av": only at the AV arm's K (the largest), its OFF twin:
-    # the fair AV comparison at a fraction of the server starts (nightly runs).
-    static_k: Literal["all", "av"] = "all"
+    # "all": a static arm per K; "max": only at the largest K, where the AV arm runs (its OFF
+    # twin): the fair AV comparison at a fraction of the server starts (nightly runs).
+    static_k: Literal["all", "max"] = "all"
     # Shared by every speculative arm so static-kK and av-kK differ only in AV (docs/fair-comparisons.md).
     # None: "probabilistic" when the sweep has an AV arm, else vLLM's default.
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None

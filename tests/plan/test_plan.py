@@ -71,3 +71,8 @@ def test_pair_k_values_above_max_k_are_refused(suite):
     pair = suite.pair("tiny-cpu").model_copy(update={"k_values": [1, 5]})
     with pytest.raises(SuiteError, match=r"pair tiny-cpu: k_values \[5\] above its max_k 3"):
         build_plan(pair, suite.sweep("demo"))
+
+
+def test_capture_sweep_runs_the_largest_k_only(suite):
+    arms = arms_for(suite.pair("tiny-cpu"), suite.sweep("capture"))  # the pair lists K 1 and 3
+    assert [a.name for a in arms] == ["static-k3"]
