@@ -18,29 +18,18 @@ from pathlib import Path
 
 def serve_and_measure(capture: bool, args, tmp: Path) -> tuple[float, int, int]:
     """(output tokens/s, output tokens, captured rows) for one server."""
-    from avbench.capture import CaptureSettings, capture_env, read_captured, wait_flushed
+    from avbench.capture import read_captured, wait_flushed
     from avbench.loadgen.client import run_drive
     from avbench.loadgen.config import EndpointConfig, SamplingParams
-    from avbench.plan import Arm
-    from avbench.server import ServerProcess, build_command, build_env, find_free_port
-    from avbench.suite import all_workloads, load_suite
+    from avbench.suite import all_workloads
+    from avbench.testing.tiny_server import tiny_capture_server
     from avbench.workloads.registry import load_workload
 
-    pair = load_suite().pair("tiny-cpu")
-    arm = Arm("static", 3)
-    env = build_env(pair, arm, None)
     cap = tmp / f"capture-{time.monotonic_ns()}"
     if capture:
         cap.mkdir()
-        env |= capture_env(CaptureSettings(("drafts", "refits"), 1.0), cap, env)
-    port = find_free_port()
-    server = ServerProcess(
-        cmd=build_command(pair, arm, port=port),
-        env=env,
-        port=port,
-        log_path=tmp / f"server-{port}.log",
-        secrets=[],
-        ready_timeout_s=900,
+    server, pair = tiny_capture_server(
+        3, cap if capture else None, tmp / f"server-{cap.name}.log", ready_timeout_s=900
     )
     spec = all_workloads()["gsm8k-tiny"]
     convs = load_workload(spec, tokenizer=pair.resolve(pair.target)).conversations

@@ -240,7 +240,7 @@ def _pooled(requests: list[dict[str, np.ndarray]], column: str) -> np.ndarray:
 
 def _delta(metric: Metric, base: dict, new: dict, tolerance: float) -> MetricDelta:
     def values(g: dict) -> pd.Series:
-        col = pd.DataFrame(g["rows"]).get(metric.column, pd.Series(dtype=float))
+        col = g["frame"].get(metric.column, pd.Series(dtype=float))
         return pd.to_numeric(col, errors="coerce")
 
     vb, vn = values(base), values(new)
@@ -286,6 +286,8 @@ def compare_cells(
         if blocking:
             result.mismatched.append(Mismatch(kd, blocking))
             continue
+        for g in (gb[key], gn[key]):
+            g["frame"] = pd.DataFrame(g["rows"])
         deltas = [_delta(m, gb[key], gn[key], tolerance) for m in METRICS]
         result.cells.append(
             CellComparison(kd, len(gb[key]["rows"]), len(gn[key]["rows"]), deltas, sorted(diffs))

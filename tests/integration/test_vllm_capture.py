@@ -16,12 +16,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from avbench.capture import CaptureSettings, capture_env, read_captured, read_status, wait_flushed
+from avbench.capture import read_captured, read_status, wait_flushed
 from avbench.estimator.drafts import read_drafts
 from avbench.metrics.prometheus import window_counters
-from avbench.plan import Arm
-from avbench.server import ServerProcess, build_command, build_env, find_free_port, probe_vllm
-from avbench.suite import load_suite
+from avbench.server import ServerProcess, probe_vllm
+from avbench.testing.tiny_server import tiny_capture_server
 
 pytestmark = pytest.mark.integration
 
@@ -54,20 +53,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    pair = load_suite().pair("tiny-cpu")
-    arm = Arm("static", K)
     cap = tmp_path_factory.mktemp("capture")
-    env = build_env(pair, arm, None)
-    env |= capture_env(CaptureSettings(("drafts", "refits"), 1.0), cap, env)
-    port = find_free_port()
-    server = ServerProcess(
-        cmd=build_command(pair, arm, port=port),
-        env=env,
-        port=port,
-        log_path=cap.parent / "server.log",
-        secrets=[],
-        ready_timeout_s=600,
-    )
+    server, pair = tiny_capture_server(K, cap, cap.parent / "server.log", ready_timeout_s=600)
     server.start()
     try:
         server.wait_ready()
