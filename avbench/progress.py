@@ -155,7 +155,7 @@ def summary_table(rows: list[dict]) -> Table:
     for r in rows:
         pos = [r.get(f"accept_pos_{i}") for i in range(64)]
         pos = [p for p in pos if p is not None]
-        load = f"c={r['concurrency']}" if r.get("rate") is None else f"rate={r['rate']}"
+        load = f"c={r['concurrency']}" if r.get("rate") is None else f"rate={r['rate']:g}/s"
         table.add_row(
             f"{r['arm']} · {r['workload']} · {load}",
             *(_fmt(r.get(col), spec) for col, _, spec in SUMMARY_COLUMNS),

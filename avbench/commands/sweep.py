@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import typer
 from avbench.commands.listing import JsonOpt, print_json, print_table
 from avbench.errors import AvbenchError
 
+RATES_HELP = "Open loop instead: requests per second, e.g. 2,8 (like vllm bench --request-rate)"
 SuitesOpt = Annotated[
     Path | None,
     typer.Option("--suites", help="Suite directory (default: ./suites or $AVBENCH_SUITES)"),
@@ -94,6 +96,8 @@ def _resolve(suites, pair_name, sweep_name, overrides):
     sampling = {k: v for k, v in overrides.pop("sampling", {}).items() if v is not None}
     data["sampling"] |= sampling
     data |= {k: v for k, v in overrides.items() if v is not None}
+    if overrides.get("concurrencies"):  # closed loop asked for: the file's rates step aside
+        data["rates"] = None
     try:
         sweep = Sweep.model_validate(data)
     except ValidationError as exc:
@@ -121,6 +125,28 @@ def _csv_ints(v: str | None) -> list[int] | None:
         raise AvbenchError(f"expected a comma-separated list of integers, got {v!r}") from None
 
 
+def _load_overrides(concurrencies: str | None, rates: str | None) -> dict:
+    """--concurrencies (closed loop) or --rates (open loop, requests per second, like
+    `vllm bench serve --request-rate`); either one replaces the sweep's loads."""
+    if concurrencies is not None and rates is not None:
+        raise AvbenchError(
+            "--rates and --concurrencies: give one (a cell runs open loop at a rate or closed "
+            "loop at a concurrency)"
+        )
+    if rates is None:
+        return {"concurrencies": _csv_ints(concurrencies)}
+    try:
+        values = [float(x) for x in rates.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(r) and r > 0 for r in values):
+        raise AvbenchError(
+            f"--rates {rates!r}: expected a comma-separated list of positive, finite requests "
+            "per second, e.g. 2,8"
+        )
+    return {"rates": values}
+
+
 def plan(
     pair: Annotated[str, typer.Option("--pair", help="Pair id (see `avbench pairs`)")],
     sweep: Annotated[
@@ -129,6 +155,7 @@ def plan(
     suites: SuitesOpt = None,
     workloads: Annotated[str | None, typer.Option(help="Comma-separated workload ids")] = None,
     concurrencies: Annotated[str | None, typer.Option(help="e.g. 1,4,16")] = None,
+    rates: Annotated[str | None, typer.Option(help=RATES_HELP)] = None,
     k_values: Annotated[str | None, typer.Option("--k", help="Static K list, e.g. 1,3")] = None,
     from_run: Annotated[
         Path | None,
@@ -147,7 +174,7 @@ def plan(
 
     overrides = {
         "workloads": workloads.split(",") if workloads else None,
-        "concurrencies": _csv_ints(concurrencies),
+        **_load_overrides(concurrencies, rates),
         "k_values": _csv_ints(k_values),
     }
     suite, p, s = _resolve(suites, pair, sweep, overrides)
@@ -233,6 +260,7 @@ def sweep(
         str | None, typer.Option("--workloads", "--workload", help="Comma-separated workload ids")
     ] = None,
     concurrencies: Annotated[str | None, typer.Option(help="e.g. 1,4,16")] = None,
+    rates: Annotated[str | None, typer.Option(help=RATES_HELP)] = None,
     k_values: Annotated[str | None, typer.Option("--k", help="Static K list, e.g. 1,3")] = None,
     arms: Annotated[
         str | None, typer.Option(help="Arm kinds to run, e.g. baseline,static,av")
@@ -302,7 +330,8 @@ def sweep(
         given = {
             "--pair": pair, "--sweep": sweep, "--suites": suites, "--results": results,
             "--run-id": run_id, "--endpoint": endpoint, "--arm": arm or None, "--gpus": gpus,
-            "--workloads": workloads, "--concurrencies": concurrencies, "--k": k_values,
+            "--workloads": workloads, "--concurrencies": concurrencies, "--rates": rates,
+            "--k": k_values,
             "--arms": arms, "--warmup": warmup, "--requests": requests,
             "--temperature": temperature, "--top-p": top_p, "--max-tokens": max_tokens,
             "--schedule-from": schedule_from, "--capture": capture,
@@ -344,7 +373,7 @@ def sweep(
                 )
             overrides = {
                 "workloads": workloads.split(",") if workloads else None,
-                "concurrencies": _csv_ints(concurrencies),
+                **_load_overrides(concurrencies, rates),
                 "k_values": _csv_ints(k_values),
                 "arms": arms.split(",") if arms else None,
                 **_dyn_overrides(pair, schedule_from, arms),

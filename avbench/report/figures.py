@@ -34,7 +34,7 @@ def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
                     mode="lines+markers+text" if closed else "markers+text",
                     name=arm,
                     legendgroup=arm,
-                    showlegend=bool(closed) or a["concurrency"].isna().all(),
+                    showlegend=bool(closed or a["concurrency"].isna().all()),
                     text=part["load"],
                     textposition="top center",
                     marker=dict(

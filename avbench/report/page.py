@@ -19,7 +19,7 @@ import pandas as pd
 
 from avbench.analysis.frontier import frontier_count
 from avbench.analysis.gain import comparisons, gain_tables
-from avbench.analysis.points import POOLED, build_points, views
+from avbench.analysis.points import POOLED, build_points, normalize_cells, views
 from avbench.analysis.schedule import check_dyn
 from avbench.report import figures as figs
 from avbench.report import tables
@@ -330,13 +330,12 @@ def _latency(page: _Page, rs: RunSet) -> None:
     if "cell_id" not in cells:
         return
     page.section("TTFT and TPOT per request, per cell")
-    for (pair, workload), sub in cells.groupby(["pair", "workload"], sort=False):
+    for (pair, workload), sub in normalize_cells(cells).groupby(["pair", "workload"], sort=False):
         boxes = []
-        order = sub.assign(_c=pd.to_numeric(sub.get("concurrency"), errors="coerce"))
-        for (arm, load), g in order.groupby(["arm", "_c"], sort=True, dropna=False):
+        # One box per arm and load, closed-loop loads first (each open-loop rate its own box).
+        for (arm, _, load), g in sub.groupby(["arm", "load_order", "load"], sort=True):
             ttft, tpot = zip(*(rs.latencies(row) for _, row in g.iterrows()), strict=True)
-            label = f"{arm} c={load:g}" if not np.isnan(load) else f"{arm} rate"
-            boxes.append((label, np.concatenate(ttft), np.concatenate(tpot)))
+            boxes.append((f"{arm} {load}", np.concatenate(ttft), np.concatenate(tpot)))
         name = _slug("latency", pair, workload)
         page.html.append(
             page.figure(name, figs.latency_distributions(boxes, f"{pair} · {workload}"))
