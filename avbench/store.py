@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -93,6 +94,32 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_together(root: Path, files: dict[str, bytes | Path]) -> None:
+    """Write several files under ``root`` all or nothing (a report: its page, summary and
+    figures). Each is staged whole and fsynced in a hidden folder of ``root``, then renamed
+    into place; a failed write (a full disk) removes the staging folder and leaves ``root`` as
+    it was. A value is the file's bytes, or a file elsewhere to copy."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=root, prefix=".staging-"))
+    except OSError as exc:
+        raise _store_error(exc, root) from None
+    try:
+        staged = []
+        for name, content in files.items():
+            data = content if isinstance(content, bytes) else Path(content).read_bytes()
+            _atomic_write(stage / name, data)
+            staged.append((stage / name, root / name))
+        for tmp, final in staged:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)
+    except OSError as exc:
+        raise _store_error(exc, root) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _repair_torn_tail(path: Path, on_warning: Callable[[str], None]) -> None:

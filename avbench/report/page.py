@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +22,14 @@ from avbench.analysis.frontier import frontier_count
 from avbench.analysis.gain import comparisons, gain_tables
 from avbench.analysis.points import POOLED, build_points, normalize_cells, views
 from avbench.analysis.schedule import check_dyn
+from avbench.errors import StoreFull
 from avbench.report import figures as figs
 from avbench.report import tables
 from avbench.report.answer import answers
+from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
+from avbench.store import write_together
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;max-width:1500px;color:#222}
@@ -52,6 +56,7 @@ class _Page:
     html: list[str] = field(default_factory=list)
     md: list[str] = field(default_factory=list)
     figures: list[tuple[str, object]] = field(default_factory=list)
+    embedded: Figures = field(default_factory=Figures)
 
     def section(self, title: str, level: int = 2) -> None:
         self.html.append(f"<h{level}>{html.escape(title)}</h{level}>")
@@ -67,12 +72,10 @@ class _Page:
         self.md.append(t.markdown())
 
     def figure(self, name: str, fig) -> str:
-        """The figure's HTML (plotly.js inlined once, in the first figure)."""
+        """The figure's HTML (plotly.js comes once, at the end of the page)."""
         self.figures.append((name, fig))
         self.md.append(f"![{name}](figures/{name}.png)\n")
-        return fig.to_html(
-            full_html=False, include_plotlyjs=len(self.figures) == 1, div_id=f"fig-{name}"
-        )
+        return self.embedded.html(f"fig-{name}", fig)
 
 
 def _slug(*parts: str) -> str:
@@ -91,7 +94,41 @@ def write_report(
 ) -> ReportFiles:
     rs = load_runs(runs)
     out = Path(out_dir) if out_dir else default_out_dir(runs)
-    out.mkdir(parents=True, exist_ok=True)
+    page = _build(rs)
+    files = ReportFiles(html=out / "report.html", markdown=out / "report.md")
+    with tempfile.TemporaryDirectory(prefix="avbench-figures-") as scratch:
+        rendered: list[Path] = []
+        if static_figures and page.figures:
+            rendered, files.images_skipped = _export(page.figures, Path(scratch))
+        elif page.figures:
+            files.images_skipped = "static figures not requested"
+        if files.images_skipped:
+            page.md.append(f"\n_Static figures skipped: {files.images_skipped}_\n")
+        title = "avbench: " + ", ".join(r.run_id for r in rs.runs)
+        document = (
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body>"
+            + "\n".join(page.html)
+            + page.embedded.scripts()
+            + "</body></html>"
+        )
+        contents: dict[str, bytes | Path] = {
+            files.html.name: document.encode(),
+            files.markdown.name: "\n".join(page.md).encode(),
+        }
+        contents |= {f"figures/{p.name}": p for p in rendered}
+        try:
+            write_together(out, contents)
+        except StoreFull:
+            raise StoreFull(
+                f"{out}: no space left on device while writing the report; nothing of it was "
+                "written and the runs are intact (free space, then run avbench report again)"
+            ) from None
+    files.images = [out / "figures" / p.name for p in rendered]
+    return files
+
+
+def _build(rs: RunSet) -> _Page:
     page = _Page()
     _header(page, rs)
     if rs.cells.empty:
@@ -109,21 +146,7 @@ def write_report(
         quality_section(page, rs)
     _failures(page, rs)
     definitions_note(page)
-    files = ReportFiles(html=out / "report.html", markdown=out / "report.md")
-    if static_figures and page.figures:
-        files.images, files.images_skipped = _export(page.figures, out / "figures")
-    elif page.figures:
-        files.images_skipped = "static figures not requested"
-    if files.images_skipped:
-        page.md.append(f"\n_Static figures skipped: {files.images_skipped}_\n")
-    title = "avbench: " + ", ".join(r.run_id for r in rs.runs)
-    files.html.write_text(
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{CSS}</style></head><body>" + "\n".join(page.html) + "</body></html>",
-        encoding="utf-8",
-    )
-    files.markdown.write_text("\n".join(page.md), encoding="utf-8")
-    return files
+    return page
 
 
 # ----------------------------------------------------------------------------- sections
@@ -411,16 +434,21 @@ def find_browser() -> str | None:
 
 
 def _export(named: list[tuple[str, object]], folder: Path) -> tuple[list[Path], str | None]:
+    """PNG and SVG of each figure in ``folder`` (a scratch directory: the report copies them
+    with its other files, so a full disk there fails as one write, never as a lost figure)."""
     browser = find_browser()
     if browser is None:
         return [], "no Chromium found (install Debian's chromium, or set BROWSER_PATH)"
     import plotly.io as pio
 
     os.environ["BROWSER_PATH"] = browser
-    folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.{ext}" for ext in ("png", "svg") for name, _ in named]
     try:
         pio.write_images([f for _, f in named] * 2, paths)
     except Exception as exc:  # kaleido/Chromium failures of any kind: the page still stands
         return [], f"kaleido could not export ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+    # kaleido reports a figure it could not write by leaving it out, not by raising.
+    missing = [p.name for p in paths if not p.is_file() or not p.stat().st_size]
+    if missing:
+        return [], f"kaleido wrote {len(paths) - len(missing)} of {len(paths)} files"
     return paths, None
