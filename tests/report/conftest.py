@@ -22,9 +22,11 @@ def make_run(
     arms=("baseline", "static-k1", "static-k3", "av-k3"),
     workloads=("gsm8k", "humaneval"),
     concurrencies=(1, 4, 16),
+    rates=(),
     repeats: int = 2,
     av_unsupported: bool = False,
 ) -> RunStore:
+    """A run of closed-loop cells at ``concurrencies`` and open-loop cells at ``rates``."""
     manifest = {
         "run_id": run_id,
         "status": "finished",
@@ -56,18 +58,21 @@ def make_run(
                 continue
             k = int(arm[-1]) if arm[-1].isdigit() else 0
             for w in workloads:
-                for c in concurrencies:
+                loads = [(c, None) for c in concurrencies] + [(None, r) for r in rates]
+                for conc, rate in loads:
+                    c = conc or rate  # an open-loop rate stands in for the load's size
+                    load = f"c{conc}" if rate is None else f"r{rate:g}"
                     g = GAIN[arm] * (1.4 if arm == "static-k1" and c == 16 else 1.0)
                     y = 100 * c**0.8 * g * (1 + 0.02 * rep)
                     row = {
-                        "cell_id": f"{arm}__{w}__c{c}__rep{rep}",
+                        "cell_id": f"{arm}__{w}__{load}__rep{rep}",
                         "arm": arm,
                         "arm_kind": arm.split("-")[0],
                         "k": k,
                         "pair": "tiny",
                         "workload": w,
-                        "concurrency": c,
-                        "rate": None,
+                        "concurrency": conc,
+                        "rate": rate,
                         "repeat": rep,
                         "output_tok_s_per_gpu": y,
                         "interactivity_tok_s_user": y / c,

@@ -1,9 +1,12 @@
+import base64
 import json
 import re
 import subprocess
 import sys
+import zlib
 
 import pytest
+from plotly.offline import get_plotlyjs
 
 from avbench.report import write_report
 from avbench.store import RunStore
@@ -26,7 +29,13 @@ def test_report_of_one_run(run_dir, monkeypatch):
         "fig-pareto-tiny-all-workloads", "fig-acceptance-by-position",
         "fig-latency-tiny-gsm8k", "fig-latency-tiny-humaneval",
     ]  # fmt: skip
-    assert html.count("<script src=") == 0 and html.count("plotly.js v") >= 1  # JS inlined
+    # plotly.js inlined once, deflated (the browser inflates it: test_report_browser.py).
+    (packed,) = re.findall(r'<script type="application/octet-stream" id="avbench-plotlyjs">'
+                           r"([^<]+)</script>", html)  # fmt: skip
+    assert html.count("<script src=") == 0
+    assert b"plotly.js v" in zlib.decompress(base64.b64decode(packed), -15)[:200]
+    # 7 figures over 48 cells in well under half of what plotly.js alone takes uncompressed.
+    assert len(html.encode()) < 0.45 * len(get_plotlyjs().encode())
     assert "av-k3 is on the frontier at 2 of 3 loads (c=1, c=4)" in md
     assert "| c=16 | schedule | 1 | 1 |" in md  # static-k1 beats AV at c=16
     assert "vLLM keeps the last range's K for larger batches): `[[1, 8, 3], [9, 16, 1]]`" in md
@@ -94,3 +103,29 @@ def test_not_a_run_directory_is_one_line(tmp_path, bad):
     assert (
         res.returncode == 2 and res.stderr.count("\n") == 1 and "not a run directory" in res.stderr
     )
+
+
+def test_open_loop_runs_report_alone_merged_and_beside_closed_loop(tmp_path, run_factory):
+    """Rates-only, mixed and merged runs each draw every load they measured (open-loop points
+    as their own markers, one latency box per rate)."""
+    from avbench.merge import merge_runs
+    from avbench.testing.report_page import figures_of, trace_labels
+
+    rates = run_factory(tmp_path, "rates", concurrencies=(), rates=(2.0, 8.0), repeats=1)
+    closed = run_factory(tmp_path, "closed", concurrencies=(1, 4), repeats=1)
+    merged = merge_runs([rates.root, closed.root], tmp_path / "merged").store.root
+    cases = {
+        (rates.root,): {"r=2/s", "r=8/s"},
+        (rates.root, closed.root): {"r=2/s", "r=8/s", "c=1", "c=4"},
+        (merged,): {"r=2/s", "r=8/s", "c=1", "c=4"},
+    }
+    for i, (runs, loads) in enumerate(cases.items()):
+        files = write_report(list(runs), tmp_path / f"out{i}", static_figures=False)
+        figs = figures_of(files.html.read_text())
+        pareto = trace_labels(figs["fig-pareto-tiny-gsm8k"])
+        assert loads <= set(pareto), (runs, pareto)
+        boxes = set(trace_labels(figs["fig-latency-tiny-gsm8k"]))
+        assert {f"av-k3 {load}" for load in loads} <= boxes, boxes
+        assert {f"| gsm8k | av-k3 | {load} |" for load in loads} <= set(
+            re.findall(r"\| gsm8k \| av-k3 \| [^|]+ \|", files.markdown.read_text())
+        )

@@ -1,0 +1,106 @@
+"""Open-loop loads from the command line (`--rates`), measured against `avbench serve-fake` (the
+project's own streaming server, standing in for vLLM: what is under test is avbench's load
+driver, store and report), reported alone, beside a closed-loop run, and merged with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avbench.store import RunStore
+from avbench.testing.report_page import figures_of, trace_labels
+
+CLI = [sys.executable, "-m", "avbench.cli"]
+
+
+def avbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("AVBENCH_SUITES", "OPENAI_API_KEY")}
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def fake_server():
+    proc = subprocess.Popen(
+        [*CLI, "serve-fake", "--port", "0", "--tokens-per-chunk", "2", "--inter-chunk-ms", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _sweep(endpoint: str, results: Path, run_id: str, *load: str) -> subprocess.CompletedProcess:
+    return avbench(
+        "sweep", "--endpoint", endpoint, "--workload", "synthetic", "--input-len", "16",
+        "--output-len", "24", *load, "--requests", "12", "--warmup", "2",
+        "--results", str(results), "--run-id", run_id, cwd=results.parent,
+    )  # fmt: skip
+
+
+def _loads_drawn(html: Path) -> set[str]:
+    figs = figures_of(html.read_text())
+    pareto = trace_labels(figs["fig-pareto-attached-synthetic"])
+    boxes = trace_labels(figs["fig-latency-attached-synthetic"])
+    return {x for x in pareto if x.startswith(("c=", "r="))} & {
+        b.split(" ", 1)[1] for b in boxes if " " in b
+    }
+
+
+def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(fake_server, tmp_path):
+    results = tmp_path / "results"
+    res = _sweep(fake_server, results, "open", "--rates", "20,40")
+    assert res.returncode == 0, res.stderr[-2000:]
+    store = RunStore.open(results / "open")
+    rows = store.finished_cells().values()
+    assert {(r["rate"], r["concurrency"]) for r in rows} == {(20.0, None), (40.0, None)}
+    assert all(r["requests_ok"] == r["num_requests"] >= 12 for r in rows)
+    # The sweep wrote the report at its end; it draws both rates.
+    assert _loads_drawn(results / "open" / "report.html") == {"r=20/s", "r=40/s"}
+
+    res = _sweep(fake_server, results, "closed", "--concurrencies", "1,2", "--no-report")
+    assert res.returncode == 0, res.stderr[-2000:]
+    both = {"r=20/s", "r=40/s", "c=1", "c=2"}
+    res = avbench("report", str(results / "open"), str(results / "closed"), "--out",
+                  str(tmp_path / "mixed"), "--no-figures", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert _loads_drawn(tmp_path / "mixed" / "report.html") == both
+
+    res = avbench("merge", str(results / "open"), str(results / "closed"), "--out",
+                  str(tmp_path / "merged"), cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = avbench("report", str(tmp_path / "merged"), "--no-figures", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert _loads_drawn(tmp_path / "merged" / "report.html") == both
+    for command in ("recommend", "compare"):
+        extra = [str(results / "open")] if command == "compare" else []
+        res = avbench(command, str(results / "open"), *extra, cwd=tmp_path)
+        assert res.returncode == 0, (command, res.stderr)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--rates", "2", "--concurrencies", "1"], "--rates and --concurrencies: give one"),
+        (["--rates", "0"], "positive, finite requests per second"),
+        (["--rates", "nan"], "positive, finite requests per second"),
+        (["--rates", "2,x"], "positive, finite requests per second"),
+    ],
+)
+def test_bad_rates_are_one_line_before_any_request(tmp_path, args, expected):
+    # No server at this endpoint: the options are refused before anything is sent.
+    res = _sweep("http://127.0.0.1:9", tmp_path / "results", "bad", *args)
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert expected in res.stderr
+    assert not (tmp_path / "results").exists()
