@@ -16,6 +16,7 @@ run with one line; nothing is half-written (the row is appended whole or cut bac
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -249,11 +250,24 @@ class RunStore:
             raise StoreError(
                 f"{store.root}: run directory already exists; use --resume {store.root}"
             )
+        existed = store.root.exists()
         try:
             store.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _store_error(exc, store.root) from None
-        store.write_manifest(manifest)
+        try:
+            store.write_manifest(manifest)
+        except StoreError as exc:
+            # Without its manifest the directory is no run --resume could open: leave none.
+            if not existed:
+                with contextlib.suppress(OSError):
+                    store.root.rmdir()
+            if isinstance(exc, StoreFull):
+                raise StoreFull(
+                    f"{store.root}: no space left on device; no run was created (free space, "
+                    "then start the sweep again)"
+                ) from None
+            raise
         return store
 
     @classmethod
