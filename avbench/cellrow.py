@@ -202,15 +202,28 @@ class CellRowError(AvbenchError):
     exit_code = 4  # a row that does not fit the schema is a bug in avbench, not bad input
 
 
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"column {'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+
+
+def row_problem(row: dict) -> str | None:
+    """Why a stored object is not a cell row (no cell_id, a column of the wrong type), or None
+    when it is one: readers skip such a line instead of failing on it."""
+    try:
+        CellRow.model_validate(row)
+    except ValidationError as exc:
+        return f"not a cell row ({_first_error(exc)})"
+    return None
+
+
 def validate_row(row: dict) -> list[str]:
     """Check ``row`` against the schema: raises CellRowError on a wrong type or a missing
     required column; returns the columns that have no definition (patterned ones resolved)."""
     try:
         CellRow.model_validate(row)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise CellRowError(f"cell row {row.get('cell_id')!r}: column {loc}: {err['msg']}") from None
+        raise CellRowError(f"cell row {row.get('cell_id')!r}: {_first_error(exc)}") from None
     undefined = [c for c in row if definition_of(c) is None]
     for c in row:
         if c not in CellRow.model_fields and c not in undefined and row[c] is not None:

@@ -148,8 +148,17 @@ def _repair_torn_tail(path: Path, on_warning: Callable[[str], None]) -> None:
     os.truncate(path, keep)
     on_warning(
         f"{path}: last line was torn (a crash mid-write); moved its {size - keep} bytes to "
-        f"{torn.name}, that cell will be measured again"
+        f"{torn.name}; {_TORN_LOSS.get(path.name, 'that line is lost')}"
     )
+
+
+# What a torn last line loses, per file: a cell row means a cell to measure again; a failure
+# record only says why a cell failed, and that cell has no row, so --resume tries it anyway.
+_TORN_LOSS = {
+    "cells.jsonl": "that cell will be measured again",
+    "failures.jsonl": "it was a failure record: only the reason a cell failed is lost (the cell "
+    "is tried again on --resume as before)",
+}
 
 
 def _append_jsonl(path: Path, row: dict, on_warning: Callable[[str], None] = warn) -> None:
@@ -167,21 +176,49 @@ def _append_jsonl(path: Path, row: dict, on_warning: Callable[[str], None] = war
             raise
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(
+    path: Path, problem: Callable[[dict], str | None], on_warning: Callable[[str], None]
+) -> list[dict]:
+    """The rows of a .jsonl file; a line that is not one (not a JSON object, or ``problem``
+    says why) is skipped with a one-line warning naming file:line, so one bad line never stops
+    a reader."""
     if not path.exists():
         return []
     rows = []
-    # Only whole lines count: a last line without its newline is torn even when it parses,
-    # and is moved aside before the next append.
-    for line in path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]:
-        line = line.strip()
-        if not line:
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if number == len(lines):
+            # No newline after it: torn even when it parses; moved aside before the next append.
+            on_warning(f"{path}:{number}: last line is torn (a crash mid-write); skipped")
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            why = "not JSON"
+        else:
+            kind = _JSON_KINDS.get(type(row), "object")
+            why = problem(row) if kind == "object" else f"a JSON {kind}, not a row (an object)"
+        if why is None:
+            rows.append(row)
+        else:
+            on_warning(f"{path}:{number}: {why}; line skipped")
     return rows
+
+
+_JSON_KINDS = {
+    list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"
+}  # fmt: skip
+
+
+def _failure_problem(row: dict) -> str | None:
+    """Why a failures.jsonl object is not a failure record, or None."""
+    for key, types in (("cell_id", str), ("reason", str), ("attempt", int)):
+        value = row.get(key)
+        if (value is not None or key == "cell_id") and not isinstance(value, types):
+            return f"not a failure record ({key} {value!r}: expected {types.__name__})"
+    return None
 
 
 _RECORD_SCHEMA = pa.schema(
@@ -215,6 +252,7 @@ class RunStore:
     def __init__(self, root: Path, on_warning: Callable[[str], None] = warn):
         self.root = Path(root)
         self.on_warning = on_warning
+        self._warned: set[str] = set()
 
     # -- layout
     @property
@@ -318,10 +356,18 @@ class RunStore:
 
     # -- cells
     def finished_cells(self) -> dict[str, dict]:
-        return {r["cell_id"]: r for r in _read_jsonl(self.cells_path)}
+        from avbench.cellrow import row_problem
+
+        return {r["cell_id"]: r for r in _read_jsonl(self.cells_path, row_problem, self._warn)}
 
     def failures(self) -> list[dict]:
-        return _read_jsonl(self.failures_path)
+        return _read_jsonl(self.failures_path, _failure_problem, self._warn)
+
+    def _warn(self, message: str) -> None:
+        """Each reader of a run reads its rows again: say each bad line once per command."""
+        if message not in self._warned:
+            self._warned.add(message)
+            self.on_warning(message)
 
     def write_cell(self, row: dict, records: Iterable[RequestRecord], scrapes: dict) -> None:
         """Persist one finished cell: records and scrapes first, the summary row last.

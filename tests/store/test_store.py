@@ -58,13 +58,17 @@ def test_torn_last_line_is_moved_aside_before_the_next_append(tmp_path):
     assert [json.loads(x)["cell_id"] for x in lines] == ["a", "b"]  # nothing glued to a fragment
     torn = store.cells_path.with_name("cells.jsonl.torn")
     assert torn.read_text() == '{"cell_id": "b", "x"\n'
-    assert len(warnings) == 1 and "torn" in warnings[0] and "cells.jsonl.torn" in warnings[0]
+    # The read names the line it skipped; the append says where the fragment went.
+    assert warnings[0] == f"{store.cells_path}:2: last line is torn (a crash mid-write); skipped"
+    assert len(warnings) == 2 and "cells.jsonl.torn" in warnings[1]
+    assert warnings[1].endswith("that cell will be measured again")
     store.write_cell({"cell_id": "c"}, [_rec(2)], {})
-    assert len(warnings) == 1  # a healthy file is not touched again
+    assert len(warnings) == 2  # a healthy file is not touched again
 
 
 def test_a_last_line_without_newline_is_torn_even_when_it_parses(tmp_path):
-    store = _store(tmp_path, [])
+    warnings: list[str] = []
+    store = _store(tmp_path, warnings)
     store.write_failure({"cell_id": "a", "reason": "x"})
     with store.failures_path.open("a") as fh:
         fh.write('{"cell_id": "b", "reason": "y"}')  # the newline never made it
@@ -72,6 +76,9 @@ def test_a_last_line_without_newline_is_torn_even_when_it_parses(tmp_path):
     store.require_writable()  # resume repairs both files up front
     assert store.failures_path.read_text().count("\n") == 1
     assert "b" in store.failures_path.with_name("failures.jsonl.torn").read_text()
+    # A failure record is not a cell row: losing it loses a reason, not a measurement.
+    (moved,) = [w for w in warnings if "failures.jsonl.torn" in w]
+    assert "only the reason a cell failed is lost" in moved and "measured again" not in moved
 
 
 def test_existing_run_directory_is_not_overwritten(tmp_path):
