@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from avbench.errors import AvbenchError
-from avbench.metrics.quality import Output, first_difference
+from avbench.metrics.quality import Output, fill_identity, first_difference, identity_applies
 from avbench.records import RequestRecord
 from avbench.store import RunStore
 from avbench.suite import Pair
@@ -44,11 +44,15 @@ class NearTie:
 class Explanation:
     ties: list[NearTie]
     reference_margins: np.ndarray  # margins at every non-differing position of the same outputs
+    compared: tuple[str, ...] = ()  # temperature-0 speculative cells compared with a baseline
+    not_compared: tuple[str, ...] = ()  # ... that had no baseline cell to compare with
 
     def summary(self) -> dict:
         m = np.array([t.margin for t in self.ties])
         ref = self.reference_margins
         return {
+            "cells_compared": len(self.compared),
+            "cells_not_compared": list(self.not_compared),
             "differing_outputs": len(self.ties),
             "margin_median_at_divergence": float(np.median(m)) if m.size else None,
             "margin_median_elsewhere": float(np.median(ref)) if ref.size else None,
@@ -60,11 +64,13 @@ class Explanation:
         }
 
 
-def _pairs(store: RunStore) -> list[tuple[str, RequestRecord, RequestRecord, int]]:
+def _pairs(
+    rows: list[dict], store: RunStore
+) -> list[tuple[str, RequestRecord, RequestRecord, int]]:
     """(cell id, baseline record, arm record, first differing position) for every difference."""
     out = []
-    for cell_id, row in store.finished_cells().items():
-        base_id = row.get("baseline_cell_id")
+    for row in rows:
+        cell_id, base_id = row["cell_id"], row.get("baseline_cell_id")
         if not base_id or not row.get("first_diff_positions"):
             continue
         base = {(r.conversation_id, r.turn): r for r in store.read_records(base_id) if r.ok}
@@ -106,9 +112,14 @@ def explain_run(run_dir: Path, limit: int = 50) -> Explanation:
             f"{run_dir}: the pair's target {pair.target!r} is not a local model directory; "
             "explaining a divergence needs the target's weights"
         )
-    pairs = _pairs(store)[:limit]
+    rows = fill_identity(list(store.finished_cells().values()), store.read_records)
+    compared = tuple(r["cell_id"] for r in rows if r.get("identical_compared") is not None)
+    missing = tuple(
+        r["cell_id"] for r in rows if identity_applies(r) and r.get("identical_compared") is None
+    )
+    pairs = _pairs(rows, store)[:limit]
     if not pairs:
-        return Explanation([], np.zeros(0))
+        return Explanation([], np.zeros(0), compared, missing)
     model, tok = load_model(Path(target)), load_tokenizer(target)
     workloads = m.get("workloads", {})
     ties, reference = [], []
@@ -134,4 +145,4 @@ def explain_run(run_dir: Path, limit: int = 50) -> Explanation:
             )
         )
         reference.append(np.delete(margins, pos))
-    return Explanation(ties, np.concatenate(reference))
+    return Explanation(ties, np.concatenate(reference), compared, missing)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from avbench.metrics.quality import identity_text
 from avbench.plan import Cell
 from avbench.records import RequestRecord
 
@@ -50,9 +51,9 @@ def cell_summary(row: dict) -> str:
             + "]"
         )
     fails = row.get("requests_failed") or 0
-    same = row.get("identical_to_baseline_share")
-    if same is not None:
-        acc += f" | {same:.0%} of outputs identical to baseline"
+    same = identity_text(row, short=True)
+    if same != "-":
+        acc += f" | identical to baseline: {same}"
     burst = row.get("stream_burst_frac") or 0
     if burst:
         acc += f" | ⚠ {burst:.0%} of streams arrived in one burst (see stream_burst_frac)"
@@ -142,6 +143,7 @@ SUMMARY_COLUMNS = (
     ("acceptance_length", "accept len", ".2f"),
     ("identical_to_baseline_share", "= baseline", ".0%"),
 )
+IDENTITY = "identical_to_baseline_share"  # shown as identity_text: a share, or why there is none
 
 
 def summary_table(rows: list[dict]) -> Table:
@@ -158,7 +160,10 @@ def summary_table(rows: list[dict]) -> Table:
         load = f"c={r['concurrency']}" if r.get("rate") is None else f"rate={r['rate']:g}/s"
         table.add_row(
             f"{r['arm']} · {r['workload']} · {load}",
-            *(_fmt(r.get(col), spec) for col, _, spec in SUMMARY_COLUMNS),
+            *(
+                identity_text(r, short=True) if col == IDENTITY else _fmt(r.get(col), spec)
+                for col, _, spec in SUMMARY_COLUMNS
+            ),
             " ".join(f"{p:.2f}" for p in pos) or "-",
         )
     return table

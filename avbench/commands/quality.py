@@ -34,8 +34,14 @@ def explain(
     if as_json:
         typer.echo(json.dumps({"summary": summary, "ties": [asdict(t) for t in ex.ties]}))
         return
+    if not ex.compared:
+        typer.echo(f"{run}: nothing compared: {_not_compared(ex)}")
+        return
     if not ex.ties:
-        typer.echo(f"{run}: no output differs from its baseline (or the run has no baseline arm)")
+        typer.echo(
+            f"{run}: no output differs from its baseline ({len(ex.compared)} temperature-0 "
+            f"cell(s) compared" + (f"; {_not_compared(ex)}" if ex.not_compared else "") + ")"
+        )
         return
     typer.echo("cell\tconversation\tturn\tposition\tbaseline token\tarm token\tmargin\tpercentile")
     for t, pct in zip(ex.ties, summary["divergence_margin_percentile"], strict=True):
@@ -49,6 +55,18 @@ def explain(
         f"at the other positions; the offline target picks the baseline's token at "
         f"{summary['baseline_is_top1']} of them. A near-tie (small margin) flipping under another "
         "batch shape is the expected cause; a large margin would mean a changed distribution."
+    )
+    if ex.not_compared:
+        typer.echo(_not_compared(ex))
+
+
+def _not_compared(ex) -> str:
+    if not ex.not_compared:
+        return "the run has no speculative cell sampled at temperature 0"
+    shown = ", ".join(ex.not_compared[:6]) + (", ..." if len(ex.not_compared) > 6 else "")
+    return (
+        f"{len(ex.not_compared)} temperature-0 cell(s) not compared (no baseline cell of the "
+        f"same workload, load and repeat): {shown}"
     )
 
 

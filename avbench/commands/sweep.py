@@ -452,7 +452,10 @@ def sweep(
         if reporter.run_dir is not None and exc.exit_code == 1:
             console.print(f"the run can continue with --resume {reporter.run_dir}", highlight=False)
         raise
-    rows = list(outcome.store.finished_cells().values())
+    from avbench.metrics.quality import fill_identity
+
+    store = outcome.store
+    rows = fill_identity(list(store.finished_cells().values()), store.read_records)
     console.print(summary_table(rows))
     if report and rows:
         from avbench.report import write_report

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from avbench.records import RequestRecord
@@ -192,6 +192,22 @@ def differs_beyond_noise(a: ExactMatch, b: ExactMatch, z: float = 2.0) -> bool:
 IDENTICAL_FLOOR = 0.99
 
 
+def _identity_columns(
+    records: Sequence[RequestRecord], baseline: Sequence[RequestRecord], baseline_cell_id: str
+) -> dict:
+    """The temperature-0 identity check of a cell's measured records against its baseline's."""
+    ident = compare_to_baseline(
+        [Output.of(r) for r in baseline if r.ok],
+        [Output.of(r) for r in records if r.ok and not r.warmup],
+    )
+    return {
+        "baseline_cell_id": baseline_cell_id,
+        "identical_compared": ident.compared,
+        "identical_to_baseline_share": ident.share,
+        "first_diff_positions": list(ident.first_diff_positions),
+    }
+
+
 def quality_columns(
     records: Sequence[RequestRecord],
     *,
@@ -206,12 +222,7 @@ def quality_columns(
     if baseline is not None:
         row["baseline_cell_id"] = baseline_cell_id
     if baseline is not None and temperature == 0:
-        ident = compare_to_baseline([Output.of(r) for r in baseline if r.ok], ok)
-        row |= {
-            "identical_compared": ident.compared,
-            "identical_to_baseline_share": ident.share,
-            "first_diff_positions": list(ident.first_diff_positions),
-        }
+        row |= _identity_columns(records, baseline, baseline_cell_id)
     if references:
         em = exact_match(ok, references)
         if em.graded:
@@ -221,6 +232,60 @@ def quality_columns(
                 "gsm8k_graded": em.graded,
             }
     return row
+
+
+def _arm_kind(row: Mapping) -> str:
+    return row.get("arm_kind") or str(row.get("arm", "")).split("-")[0]
+
+
+def identity_applies(row: Mapping) -> bool:
+    """The identity check is defined for a speculative cell sampled at temperature 0."""
+    return _arm_kind(row) != "baseline" and row.get("temperature") == 0
+
+
+def _load_key(row: Mapping) -> tuple:
+    # A merged run holds several sources: a baseline counts only within its own run.
+    keys = ("source_run", "pair", "workload", "concurrency", "rate", "repeat")
+    return tuple(row.get(k) for k in keys)
+
+
+def fill_identity(
+    rows: Sequence[dict], read_records: Callable[[str], Sequence[RequestRecord]]
+) -> list[dict]:
+    """``rows`` with the identity check computed now, from the stored records, for each cell
+    measured before its baseline cell existed (a baseline arm that failed, then measured by
+    --resume): rows are never rewritten, so readers complete them. Other rows are unchanged."""
+    baselines = {_load_key(r): r for r in rows if _arm_kind(r) == "baseline"}
+    out = []
+    for row in rows:
+        base = baselines.get(_load_key(row))
+        if base is None or row.get("baseline_cell_id") or not identity_applies(row):
+            out.append(row)
+            continue
+        try:
+            columns = _identity_columns(
+                read_records(row["cell_id"]), read_records(base["cell_id"]), base["cell_id"]
+            )
+        except OSError:  # a records file missing (e.g. deleted): the cell stays not compared
+            columns = {}
+        out.append(row | columns)
+    return out
+
+
+NOT_COMPARED = "not compared (no baseline cell of this workload, load and repeat)"
+
+
+def identity_text(row: Mapping, short: bool = False) -> str:
+    """How a cell's identity check reads: the share identical, or why there is none; "-"
+    where the check does not apply (the baseline itself, temperature > 0)."""
+    share, compared = row.get("identical_to_baseline_share"), row.get("identical_compared")
+    if share is not None:
+        return f"{share:.0%}" if short else f"{share:.1%} of {int(compared)}"
+    if not identity_applies(row):
+        return "-"
+    if compared == 0:
+        return "none comparable" if short else "none comparable (no prompt in common)"
+    return "not compared" if short else NOT_COMPARED
 
 
 def quality_flags(rows: Iterable[Mapping]) -> list[str]:

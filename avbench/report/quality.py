@@ -13,7 +13,13 @@ import json
 import pandas as pd
 
 from avbench.cellrow import PEER_DIFFERENCES
-from avbench.metrics.quality import IDENTICAL_FLOOR, quality_flags
+from avbench.metrics.quality import (
+    IDENTICAL_FLOOR,
+    NOT_COMPARED,
+    identity_applies,
+    identity_text,
+    quality_flags,
+)
 from avbench.report import tables
 
 NEAR_TIES = "near_ties.json"  # written by `avbench quality explain RUN`
@@ -36,21 +42,27 @@ def _margins(rs) -> dict[tuple[str, str], list[float]]:
 
 def quality_section(page, rs) -> None:
     columns = ("identical_to_baseline_share", "gsm8k_exact_match")
-    if not any(c in rs.cells for c in columns):
+    if rs.cells.empty:
         return
-    rows = [r for r in _rows(rs.cells) if any(r.get(c) is not None for c in columns)]
+    # A temperature-0 speculative cell is listed even when nothing was compared: saying so
+    # is the point (a "-" would read as "no difference").
+    rows = [
+        r
+        for r in _rows(rs.cells)
+        if identity_applies(r) or any(r.get(c) is not None for c in columns)
+    ]
     if not rows:
         return
     margins = _margins(rs)
     page.section("Output quality")
     body = []
     for r in rows:
-        share, em = r.get("identical_to_baseline_share"), r.get("gsm8k_exact_match")
+        em = r.get("gsm8k_exact_match")
         m = margins.get((r.get("run_id"), r["cell_id"]), [])
         body.append(
             (
                 r["cell_id"],
-                "-" if share is None else f"{share:.1%} of {int(r['identical_compared'])}",
+                identity_text(r),
                 ", ".join(map(str, (r.get("first_diff_positions") or [])[:10])) or "-",
                 ", ".join(f"{x:.3f}" for x in m[:10]) or "-",
                 "-" if em is None else f"{em:.3f} ± {r.get('gsm8k_exact_match_se') or 0:.3f}",
@@ -73,6 +85,14 @@ def quality_section(page, rs) -> None:
     flags = quality_flags(rows)
     for flag in flags:
         page.text(flag, "warn")
+    missing = [r["cell_id"] for r in rows if identity_text(r) == NOT_COMPARED]
+    if missing:
+        page.text(
+            f"{len(missing)} temperature-0 cell(s) were not compared with the baseline: no "
+            f"baseline cell of the same workload, load and repeat was measured "
+            f"({', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}).",
+            "warn",
+        )
     if any("identical" in f for f in flags):
         page.text(
             "Verification runs the target on another batch shape than plain decoding, so its "

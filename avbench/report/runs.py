@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from avbench.errors import AvbenchError
+from avbench.metrics.quality import fill_identity
 from avbench.store import RunStore
 
 
@@ -132,7 +133,10 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
         if any(r.run_id == run.run_id for r in runs):
             raise AvbenchError(f"{p}: run {run.run_id} given twice")
         runs.append(run)
-        cells = store.cells_frame()
+        # The identity check of cells measured before their baseline, completed from records.
+        cells = pd.DataFrame(
+            fill_identity(list(store.finished_cells().values()), store.read_records)
+        )
         if not cells.empty:
             if "pair" not in cells:
                 cells["pair"] = run.pair

@@ -24,7 +24,9 @@ from avbench.suite import load_suite  # noqa: E402
 from avbench.workloads.tokens import load_tokenizer  # noqa: E402
 
 
-def test_margin_at_the_first_differing_position(tmp_path):
+def _flip(tmp_path):
+    """The target's greedy output (baseline), the same with position 6 flipped to the
+    runner-up (arm), an empty run of the tiny pair, and the expected margin there."""
     pair = load_suite().pair("tiny-cpu")
     target = pair.resolve(pair.target)
     tok, model = load_tokenizer(target), load_model(target)
@@ -46,6 +48,19 @@ def test_margin_at_the_first_differing_position(tmp_path):
         "r",
         {"run_id": "r", "pair": pair.model_dump(mode="json"), "workloads": {"w": {"api": "chat"}}},
     )
+    return store, base, arm, expected
+
+
+def _explain_cli(store: RunStore, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "quality", "explain", str(store.root), *extra],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_margin_at_the_first_differing_position(tmp_path):
+    store, base, arm, expected = _flip(tmp_path)
+    ids = base.output_token_ids
     b = Cell("baseline", "w", 1, None, 0, 1, 0)
     a = Cell("static-k3", "w", 1, None, 0, 1, 0)
     store.write_cell(b.to_dict(), [base], {})
@@ -56,15 +71,37 @@ def test_margin_at_the_first_differing_position(tmp_path):
 
     ex = explain_run(store.root)
     (tie,) = ex.ties
-    assert (tie.cell_id, tie.position, tie.arm_token) == (a.id, 6, int(top2.indices[1]))
+    assert (tie.cell_id, tie.position, tie.arm_token) == (a.id, 6, arm.output_token_ids[6])
     assert tie.baseline_is_top1 and tie.baseline_token == ids[6]
     assert tie.margin == pytest.approx(expected, abs=1e-5)
     assert ex.reference_margins.size == len(ids) - 1
 
-    res = subprocess.run(
-        [sys.executable, "-m", "avbench.cli", "quality", "explain", str(store.root), "--json"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    res = _explain_cli(store, "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["ties"][0]["position"] == 6
     assert (store.root / "near_ties.json").is_file()  # for the report's quality section
+
+
+def test_nothing_compared_is_said_and_a_later_baseline_is_compared(tmp_path):
+    """A static cell stored while its baseline arm had failed (identity columns empty, as the
+    runner stores them); --resume measures the baseline afterwards."""
+    store, base, arm, expected = _flip(tmp_path)
+    a = Cell("static-k3", "w", 1, None, 0, 1, 0)
+    alone = quality_columns([arm], baseline=None, baseline_cell_id=None, temperature=0,
+                            references=None)  # fmt: skip
+    store.write_cell(a.to_dict() | alone | {"arm_kind": "static", "temperature": 0.0}, [arm], {})
+    res = _explain_cli(store)
+    assert res.returncode == 0, res.stderr
+    assert "no output differs" not in res.stdout
+    assert res.stdout.strip() == (
+        f"{store.root}: nothing compared: 1 temperature-0 cell(s) not compared (no baseline "
+        f"cell of the same workload, load and repeat): {a.id}"
+    )
+
+    b = Cell("baseline", "w", 1, None, 0, 1, 0)
+    store.write_cell(b.to_dict() | {"arm_kind": "baseline", "temperature": 0.0}, [base], {})
+    ex = explain_run(store.root)
+    (tie,) = ex.ties
+    assert (tie.cell_id, tie.position) == (a.id, 6)
+    assert tie.margin == pytest.approx(expected, abs=1e-5)
+    assert ex.summary()["cells_compared"] == 1 and ex.summary()["cells_not_compared"] == []
