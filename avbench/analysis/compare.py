@@ -16,7 +16,8 @@ relative difference between the two runs' medians, resampling each run's request
 over its repeats). A difference counts only when |new - base| / base exceeds the largest of
 the two spreads, the sampling noise and the tolerance floor (default 5%). A cell is "worse"
 when any metric is worse beyond the noise, "better" when one is better and none worse, else
-"same within noise".
+"same within noise". A cell without a throughput on either side (none measured, NaN) is "not
+comparable", whatever its latencies say.
 
 Pure: pandas in, typed results out.
 """
@@ -47,7 +48,7 @@ REQUEST_COLUMNS = (
     "len_range",
 )
 
-Verdict = Literal["better", "same within noise", "worse", "n/a"]
+Verdict = Literal["better", "same within noise", "worse", "n/a", "not comparable"]
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,11 @@ class Metric:
     label: str
     higher_is_better: bool
     unit: str
+    required: bool = False  # without it on both sides the cell is not comparable
 
 
 METRICS = (
-    Metric("output_tok_s", "throughput", True, "tok/s"),
+    Metric("output_tok_s", "throughput", True, "tok/s", required=True),
     Metric("tpot_ms_median", "TPOT", False, "ms"),
     Metric("ttft_ms_median", "TTFT", False, "ms"),
     Metric("acceptance_length", "acceptance length", True, "tok"),
@@ -106,6 +108,8 @@ class CellComparison:
 
     @property
     def verdict(self) -> Verdict:
+        if any(d.metric.required and d.verdict == "n/a" for d in self.deltas):
+            return "not comparable"
         verdicts = {d.verdict for d in self.deltas}
         if "worse" in verdicts:
             return "worse"
@@ -134,7 +138,7 @@ class Comparison:
     @property
     def exit_code(self) -> int:
         """0: nothing worse; 1: a cell worse beyond noise; 3: nothing comparable."""
-        if not any(c.verdict != "n/a" for c in self.cells):
+        if not any(c.verdict not in ("n/a", "not comparable") for c in self.cells):
             return 3
         return 1 if self.count("worse") else 0
 
@@ -336,12 +340,15 @@ def describe_difference(base, new) -> str:
 
 def to_markdown(cmp: Comparison, base_name: str, new_name: str) -> str:
     worse, better, same = cmp.count("worse"), cmp.count("better"), cmp.count("same within noise")
+    unknown = cmp.count("not comparable")
     head = "REGRESSION" if worse else ("nothing comparable" if cmp.exit_code == 3 else "OK")
     lines = [
         f"## avbench compare: {head}",
         "",
         f"Baseline `{base_name}` → new `{new_name}`: {len(cmp.cells)} cells compared, "
-        f"**{worse} worse**, {better} better, {same} same within noise; noise floor "
+        f"**{worse} worse**, {better} better, {same} same within noise"
+        + (f", {unknown} not comparable (no throughput measured)" if unknown else "")
+        + "; noise floor "
         f"{cmp.tolerance:.0%} (or the repeats' spread, or a latency median's sampling noise, "
         "when larger).",
         "",

@@ -217,6 +217,22 @@ def test_missing_metric_is_not_applicable_not_a_verdict():
     assert res.cells[0].verdict == "same within noise"
 
 
+def test_a_cell_without_throughput_is_not_comparable():
+    # Latencies agree, throughput is missing (NaN) on one side: nothing says "same".
+    res = compare(rows([100, 100]), rows([float("nan"), float("nan")]))
+    (cell,) = res.cells
+    assert [d.verdict for d in cell.deltas[:3]] == ["n/a", "same within noise", "same within noise"]
+    assert cell.verdict == "not comparable" and res.exit_code == 3
+    md = to_markdown(res, "a", "b")
+    assert "| tiny / w / static-k3 / c=4 | not comparable | – |" in md
+    assert "0 same within noise, 1 not comparable (no throughput measured)" in md
+    # Beside a comparable cell, it does not count as compared either way.
+    res = compare(rows([100, 100]) + rows([50, 50], conc=1),
+                  rows([float("nan")] * 2) + rows([50, 50], conc=1))  # fmt: skip
+    assert [c.verdict for c in res.cells] == ["not comparable", "same within noise"]
+    assert res.exit_code == 0
+
+
 def test_markdown_names_each_cell_and_the_regression():
     res = compare(rows([100, 100]), rows([50, 50]))
     md = to_markdown(res, "night-1", "night-2")
