@@ -1,10 +1,10 @@
 """Open-loop loads from the command line (`--rates`), measured against `avbench serve-fake` (the
-project's own streaming server, standing in for vLLM: what is under test is avbench's load
-driver, store and report), reported alone, beside a closed-loop run, and merged with it."""
+project's own streaming server in its own process, standing in for vLLM: what is under test is
+avbench's load driver, store and report), reported alone, beside a closed-loop run, and merged
+with it. The avbench commands run in this process (run_cli)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,16 +12,10 @@ from pathlib import Path
 import pytest
 
 from avbench.store import RunStore
+from avbench.testing.cli import run_cli
 from avbench.testing.report_page import figures_of, trace_labels
 
 CLI = [sys.executable, "-m", "avbench.cli"]
-
-
-def avbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("AVBENCH_SUITES", "OPENAI_API_KEY")}
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
-    )
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +35,10 @@ def fake_server():
 
 
 def _sweep(endpoint: str, results: Path, run_id: str, *load: str) -> subprocess.CompletedProcess:
-    return avbench(
+    return run_cli(
         "sweep", "--endpoint", endpoint, "--workload", "synthetic", "--input-len", "16",
         "--output-len", "24", *load, "--requests", "12", "--warmup", "2",
-        "--results", str(results), "--run-id", run_id, cwd=results.parent,
+        "--results", str(results), "--run-id", run_id,
     )  # fmt: skip
 
 
@@ -71,20 +65,19 @@ def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(fake_server
     res = _sweep(fake_server, results, "closed", "--concurrencies", "1,2", "--no-report")
     assert res.returncode == 0, res.stderr[-2000:]
     both = {"r=20/s", "r=40/s", "c=1", "c=2"}
-    res = avbench("report", str(results / "open"), str(results / "closed"), "--out",
-                  str(tmp_path / "mixed"), "--no-figures", cwd=tmp_path)  # fmt: skip
+    open_run, closed_run = str(results / "open"), str(results / "closed")
+    mixed, merged = tmp_path / "mixed", tmp_path / "merged"
+    res = run_cli("report", open_run, closed_run, "--out", str(mixed), "--no-figures")
     assert res.returncode == 0, res.stderr
-    assert _loads_drawn(tmp_path / "mixed" / "report.html") == both
+    assert _loads_drawn(mixed / "report.html") == both
 
-    res = avbench("merge", str(results / "open"), str(results / "closed"), "--out",
-                  str(tmp_path / "merged"), cwd=tmp_path)  # fmt: skip
+    res = run_cli("merge", open_run, closed_run, "--out", str(merged))
     assert res.returncode == 0, res.stderr
-    res = avbench("report", str(tmp_path / "merged"), "--no-figures", cwd=tmp_path)
+    res = run_cli("report", str(merged), "--no-figures")
     assert res.returncode == 0, res.stderr
-    assert _loads_drawn(tmp_path / "merged" / "report.html") == both
-    for command in ("recommend", "compare"):
-        extra = [str(results / "open")] if command == "compare" else []
-        res = avbench(command, str(results / "open"), *extra, cwd=tmp_path)
+    assert _loads_drawn(merged / "report.html") == both
+    for command in (("recommend", open_run), ("compare", open_run, open_run)):
+        res = run_cli(*command)
         assert res.returncode == 0, (command, res.stderr)
 
 
@@ -99,7 +92,10 @@ def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(fake_server
 )
 def test_bad_rates_are_one_line_before_any_request(tmp_path, args, expected):
     # No server at this endpoint: the options are refused before anything is sent.
-    res = _sweep("http://127.0.0.1:9", tmp_path / "results", "bad", *args)
+    res = run_cli(
+        "sweep", "--endpoint", "http://127.0.0.1:9", "--workload", "synthetic", *args,
+        "--results", str(tmp_path / "results"),
+    )  # fmt: skip
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert expected in res.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from avbench.testing.cli import run_cli
 from avbench.testing.stream_server import ServerConfig, serve_in_thread
 
 
@@ -250,22 +251,24 @@ def _leftovers(run: Path) -> list[str]:
     return sorted(p.name for p in run.iterdir() if p.name.startswith("."))
 
 
+# The commands below run in this process (run_cli): the same entry point and exit codes,
+# without an interpreter and the tiny pair's tokenizer loaded again per command.
 def test_report_on_a_full_disk_is_one_line_and_keeps_the_last_page(small_fs, fake_server):
     fs = small_fs(4096)
-    res = avbench(*attach(fake_server.base_url, fs, "--run-id", "r"))
+    res = run_cli(*attach(fake_server.base_url, fs, "--run-id", "r"))
     assert res.returncode == 0, res.stderr
     run = fs / "r"
     filler = small_fs.fill(fs)
-    res = avbench("report", str(run), "--no-figures")
+    res = run_cli("report", str(run), "--no-figures")
     assert res.returncode == 1, res.stderr
     assert "no space left on device while writing the report" in one_line_error(res)
     assert not (run / "report.html").exists() and not (run / "report.md").exists()
     assert _leftovers(run) == []
     filler.unlink()
-    assert avbench("report", str(run), "--no-figures").returncode == 0
+    assert run_cli("report", str(run), "--no-figures").returncode == 0
     page, summary = (run / "report.html").read_bytes(), (run / "report.md").read_bytes()
     filler = small_fs.fill(fs)
-    res = avbench("report", str(run), "--no-figures")
+    res = run_cli("report", str(run), "--no-figures")
     assert res.returncode == 1 and "no space left" in one_line_error(res)
     # Nothing partial: the previous page and summary are still whole.
     assert (run / "report.html").read_bytes() == page
@@ -276,7 +279,7 @@ def test_report_on_a_full_disk_is_one_line_and_keeps_the_last_page(small_fs, fak
 def test_full_disk_at_the_end_of_a_sweep_keeps_every_cell(small_fs, fake_server):
     fs = small_fs(1024)  # the cells fit, the 2 MB page does not
     args = [a for a in attach(fake_server.base_url, fs, "--run-id", "r") if a != "--no-report"]
-    res = avbench(*args)
+    res = run_cli(*args)
     assert res.returncode == 1, res.stderr
     assert "no space left on device while writing the report" in one_line_error(res)
     run = fs / "r"
@@ -284,14 +287,14 @@ def test_full_disk_at_the_end_of_a_sweep_keeps_every_cell(small_fs, fake_server)
     assert len((run / "cells.jsonl").read_text().splitlines()) == 2
     assert not (run / "report.html").exists() and _leftovers(run) == []
     subprocess.run(["mount", "-o", "remount,size=4096k", str(fs)], check=True)
-    res = avbench("report", str(run), "--no-figures")
+    res = run_cli("report", str(run), "--no-figures")
     assert res.returncode == 0, res.stderr
 
 
 def test_full_disk_at_run_creation_leaves_no_run_to_resume(small_fs, fake_server):
     fs = small_fs(64)
     small_fs.fill(fs)
-    res = avbench(*attach(fake_server.base_url, fs / "results", "--run-id", "r"))
+    res = run_cli(*attach(fake_server.base_url, fs / "results", "--run-id", "r"))
     assert res.returncode == 1, res.stderr
     line = one_line_error(res)
     assert "no space left on device; no run was created" in line and "--resume" not in res.stderr

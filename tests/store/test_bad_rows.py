@@ -6,27 +6,17 @@ in for vLLM: what is under test is how avbench reads its own results)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from avbench.testing.cli import run_cli
 from avbench.testing.stream_server import ServerConfig, serve_in_thread
 
 # Valid JSON, not a row; the last cell row has a column of the wrong type.
 BAD_CELLS = ["{}", "[1, 2]", '"hello"', "17", '{"arm": "baseline"}', '{"cell_id": 5}']
 BAD_FAILURES = ["{}", "[1, 2]", "null", '{"cell_id": ["a"]}', '{"cell_id": "x", "reason": 3}']
-
-
-def avbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    return subprocess.run(
-        [sys.executable, "-m", "avbench.cli", *args],
-        capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +29,10 @@ def server():
 def measured(server, tmp_path_factory) -> Path:
     """A finished attached run of two cells, as the sweep stored it."""
     results = tmp_path_factory.mktemp("results")
-    res = avbench(
+    res = run_cli(
         "sweep", "--pair", "tiny-cpu", "--endpoint", server.base_url, "--arm", "static-k3",
         "--workloads", "gsm8k-tiny", "--concurrencies", "1,2", "--warmup", "0", "--requests",
         "3", "--max-tokens", "8", "--results", str(results), "--run-id", "good", "--no-report",
-        cwd=results,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     return results / "good"
@@ -93,7 +82,7 @@ def corrupt_run(measured, tmp_path) -> tuple[Path, list[str]]:
 def test_every_reader_skips_lines_that_are_not_rows(corrupt_run, measured, tmp_path, command):
     run, where = corrupt_run
     args = [a.format(run=run, tmp=tmp_path, clean=measured) for a in command]
-    res = avbench(*args, cwd=tmp_path)
+    res = run_cli(*args)
     assert res.returncode == 0, res.stderr
     # Only the report and merge read failures.jsonl.
     cells_only = command[0] not in ("report", "merge")
@@ -116,11 +105,11 @@ def test_resume_skips_bad_rows_and_remeasures_a_cell_whose_row_is_unreadable(
         "\n".join((run / "cells.jsonl").read_text().splitlines()[1:]) + "\n"
     )
     bad_cells, _ = _corrupt(run, [wrong])
-    res = avbench("sweep", "--resume", str(run), "--no-report", cwd=tmp_path)
+    res = run_cli("sweep", "--resume", str(run), "--no-report")
     assert res.returncode == 0, res.stderr
     _warned(res.stderr, bad_cells)
     assert "1 cells measured, 1 already done, 0 failed" in res.stderr
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "finished" and "error" not in manifest
-    res = avbench("report", str(run), "--no-figures", cwd=tmp_path)
+    res = run_cli("report", str(run), "--no-figures")
     assert res.returncode == 0, res.stderr
