@@ -60,7 +60,7 @@ def _outputs(texts: list[str], warmup: int = 0) -> list[RequestRecord]:
 def test_a_cell_measured_before_its_baseline_is_compared_at_report_time(tmp_path):
     """What a resume leaves: static cells stored while the baseline arm had failed (their
     identity columns empty, as the runner stores them), the baseline measured afterwards."""
-    from avbench.metrics.quality import NOT_COMPARED, fill_identity, quality_columns
+    from avbench.metrics.quality import quality_columns
     from avbench.progress import summary_table
 
     store = RunStore.create(tmp_path, "r", {"run_id": "r", "pair": {}, "sweep": {}})
@@ -82,10 +82,13 @@ def test_a_cell_measured_before_its_baseline_is_compared_at_report_time(tmp_path
     # 2 of 4 identical: one differs at position 2, one stopped early at 2.
     assert f"| {arm_c1.id} | 50.0% of 4 | 2, 2 | - | - |" in md
     assert "50.0% of 4 outputs identical to the baseline" in md
-    assert f"| {arm_c4.id} | {NOT_COMPARED} | - | - | - |" in md
+    not_compared = "not compared (no baseline cell of this workload, load and repeat)"
+    assert f"| {arm_c4.id} | {not_compared} | - | - | - |" in md
     assert "1 temperature-0 cell(s) were not compared with the baseline" in md
 
     # The end-of-sweep table (what --resume prints) reads the same way.
+    from avbench.metrics.quality import fill_identity
+
     rows = fill_identity(list(store.finished_cells().values()), store.read_records)
     console = Console(width=400, record=True, file=io.StringIO())
     console.print(summary_table(rows))
