@@ -134,6 +134,7 @@ class PreflightReport:
     unsupported: list[tuple[str, str, str]] = field(default_factory=list)  # (pair, arm, reason)
     problems: list[Problem] = field(default_factory=list)  # of arms a sweep would start
     notes: list[Problem] = field(default_factory=list)  # of unsupported arms (never started)
+    parser: str | None = None  # the module whose make_arg_parser parsed them
 
     @property
     def ok(self) -> bool:
@@ -163,6 +164,7 @@ def preflight(targets: list[Target], python: str, *, timeout_s: float = 300) -> 
         return report
     argvs = [_server_argv(t, python) for t in targets]
     known = _run_check(python, argvs, timeout_s)
+    report.parser = known.get("module")
     version = f"{install.distribution} {install.version}"
     for t, res in zip(targets, known["results"], strict=True):
         report.checked.append((t.pair.name, t.arm.name))

@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "results/gpu-check"))
     run.add_argument("--cpu", action="store_true", help="Triton's interpreter, small sizes")
     run.add_argument("--budget-s", type=float, default=BUDGET_S, help="wall-clock budget")
+    run.add_argument(
+        "--only", type=lambda v: v.split(","), default=list(SECTIONS), help="sections, a,b,..."
+    )
     run.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)  # one, in-process
     return ap.parse_args(argv)
 
@@ -90,11 +93,16 @@ def run_all(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"started": time.time(), "cpu": args.cpu, "sections": {}, "problems": []}
     deadline = time.monotonic() + args.budget_s
-    for name in SECTIONS:
+    unknown = sorted(set(args.only) - set(SECTIONS))
+    if unknown:
+        print(f"gpu_check: --only: unknown section(s) {unknown} (known: {SECTIONS})", file=sys.stderr)
+        return 2
+    for name in [s for s in SECTIONS if s in args.only]:
         left = deadline - time.monotonic()
         limit = min(LIMITS_S[name] * (4 if args.cpu else 1), left)
         if limit < 5:
-            result = {"status": "skipped", "why": f"the run's {args.budget_s:g} s budget ran out"}
+            why = f"not run: the run's {args.budget_s:g} s budget ran out"
+            result = {"status": "skipped", "why": why, "problems": [why]}
         else:
             result = _run_section(args, name, limit)
         report["sections"][name] = result

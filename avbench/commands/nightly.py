@@ -55,7 +55,8 @@ def preflight(
         raise typer.Exit(2)
     typer.echo(
         f"pre-flight ok: {len(report.checked)} arm command lines of {len(pairs)} pair(s) parse "
-        f"with {version} ({len(report.unsupported)} arm(s) unsupported here, not started)"
+        f"with {version}'s {report.parser} ({len(report.unsupported)} arm(s) unsupported here, "
+        "not started)"
     )
 
 
