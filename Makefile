@@ -42,7 +42,7 @@ demo: setup
 test: setup vllm-src
 	$(BIN)/pytest -q tests
 
-test-fast: setup
+test-fast: setup vllm-src
 	$(BIN)/pytest -q -m "not integration" tests
 
 lint: setup

@@ -49,7 +49,8 @@ def seed_configs() -> dict[str, dict[str, dict]]:
     from transformers import AutoConfig
 
     dflash = {"target_layer_ids": [0, 1], "mask_token_id": 5}
-    assistant = AutoConfig.for_model("muse_glimmer_assistant", vocab_size=VOCAB).to_dict()
+    # Muse keeps its full configs: the assistant's token ids refer to the target's vocabulary.
+    assistant = AutoConfig.for_model("muse_glimmer_assistant").to_dict()
     return {
         "deepseek-ai/DeepSeek-V4-Flash-0731": {
             # DSpark drafts from stages inside the target checkpoint (no separate drafter).
