@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +96,9 @@ def run_all(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.budget_s
     unknown = sorted(set(args.only) - set(SECTIONS))
     if unknown:
-        print(f"gpu_check: --only: unknown section(s) {unknown} (known: {SECTIONS})", file=sys.stderr)
+        print(
+            f"gpu_check: --only: unknown section(s) {unknown} (known: {SECTIONS})", file=sys.stderr
+        )
         return 2
     for name in [s for s in SECTIONS if s in args.only]:
         left = deadline - time.monotonic()
@@ -217,9 +220,11 @@ def section_estimator(args) -> dict:
         shutil.rmtree(out)
     cmd = [sys.executable, str(REPO / "scripts" / "gpu_check_estimator.py")]
     cmd += ["--vllm-src", str(args.vllm_src), "--out", str(out)]
-    cmd += ["--cpu", "--steps", "100", "--requests", "2", "--positions", "1", "--vocab", "16"] if (
-        args.cpu
-    ) else ["--steps", "350", "--requests", "32", "--positions", "8", "--vocab", "32000"]
+    cmd += (
+        ["--cpu", "--steps", "100", "--requests", "2", "--positions", "1", "--vocab", "16"]
+        if (args.cpu)
+        else ["--steps", "350", "--requests", "32", "--positions", "8", "--vocab", "32000"]
+    )
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     summary_path = out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
@@ -316,8 +321,8 @@ def section_capture(args) -> dict:
     capture_dir.mkdir(parents=True)
     if not install_refit_capture(capture_dir):
         return {"problems": ["install_refit_capture refused vLLM 0.33's estimator class"]}
-    sizes = dict(slots=8, n=4, k=2, vocab=64) if args.cpu else dict(slots=96, n=8, k=8, vocab=151936)
-    bench = FakeV2(est_mod, capture_dir, _device(args), **sizes)
+    sizes = Sizes(8, 4, 2, 64) if args.cpu else Sizes(96, 8, 8, 151936)
+    bench = FakeV2(est_mod, capture_dir, _device(args), sizes)
     bench.step()  # the first call compiles kernels, as vLLM's warmup would
     checker.enable_gpu_sync_check()
     checked = checker.with_gpu_sync_check(bench.step)
@@ -335,7 +340,10 @@ def section_capture(args) -> dict:
             problems.append(f"step {steps + 1}: {' '.join(str(exc).split())[:300]}")
             break
         steps += 1
-    out = {"checked_steps": steps, "sync_check": "on" if checker._SYNC_CHECK_MODE else "off (no CUDA)"}
+    out = {
+        "checked_steps": steps,
+        "sync_check": "on" if checker._SYNC_CHECK_MODE else "off (no CUDA)",
+    }
     out["cost"] = {} if args.cpu else {f"n{n}": bench.cost(n) for n in (8, 64)}
     flush_refits()
     out |= bench.close()
@@ -349,6 +357,16 @@ def section_capture(args) -> dict:
     return out | {"problems": problems}
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """Request slots, requests per step, draft positions K and vocabulary of the fake runner."""
+
+    slots: int
+    n: int
+    k: int
+    vocab: int
+
+
 class FakeV2:
     """Stands in for Model Runner V2 around avbench's hooks: the buffers they read, shaped,
     typed and keyed as vLLM 0.33 makes them (``req_states.draft_tokens`` (slots, K) int64,
@@ -356,7 +374,7 @@ class FakeV2:
     as on an AV arm, per-slot temperatures), and one engine step of drafting and verification.
     What the engine itself does (drafting, predict) is done here outside the checked call."""
 
-    def __init__(self, est_mod, capture_dir: Path, device, *, slots, n, k, vocab):
+    def __init__(self, est_mod, capture_dir: Path, device, sizes: Sizes):
         import types
 
         import torch
@@ -364,7 +382,8 @@ class FakeV2:
         from avbench.vllm_plugin.drafts import DraftCapture
         from avbench.vllm_plugin.runtime import Health
 
-        self.torch, self.dev, self.k, self.n = torch, device, k, n
+        slots, k, vocab = sizes.slots, sizes.k, sizes.vocab
+        self.torch, self.dev, self.k, self.n = torch, device, k, sizes.n
         g = torch.Generator(device="cpu").manual_seed(0)
         self.gen = g
         est = est_mod.OnlineAcceptanceEstimator(slots, k, device)
@@ -515,7 +534,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("gpu_check: no CUDA GPU here; pass --cpu for the interpreter run", file=sys.stderr)
+            print(
+                "gpu_check: no CUDA GPU here; pass --cpu for the interpreter run", file=sys.stderr
+            )
             return 2
     if not (args.vllm_src / "v1").is_dir():
         print(

@@ -30,8 +30,17 @@ def test_which_ids_are_subfolders(tmp_path, monkeypatch):
     assert checkpoints.subfolder_ref("a/b/c") is None
 
 
-def test_resolved_in_the_snapshot_else_left_as_written_with_one_line(seed_checkpoints, tmp_path, monkeypatch):
-    folder = seed_checkpoints / "hub" / f"models--{MIMO.replace('/', '--')}" / "snapshots" / REVISION / "dflash"
+def test_resolved_in_the_snapshot_else_left_as_written_with_one_line(
+    seed_checkpoints, tmp_path, monkeypatch
+):
+    folder = (
+        seed_checkpoints
+        / "hub"
+        / f"models--{MIMO.replace('/', '--')}"
+        / "snapshots"
+        / REVISION
+        / "dflash"
+    )
     assert checkpoints.resolve(f"{MIMO}/dflash") == str(folder)
     assert checkpoints.resolve(MIMO) == MIMO  # vLLM resolves plain ids itself
     assert checkpoints.missing("drafter", f"{MIMO}/dflash") is None
@@ -73,7 +82,9 @@ def test_plan_shows_the_resolution_with_or_without_the_weights(cached, seed_hf_h
         )
 
 
-def test_a_launch_without_the_snapshot_fails_the_arm_in_one_line_and_starts_nothing(tmp_path, monkeypatch):
+def test_a_launch_without_the_snapshot_fails_the_arm_in_one_line_and_starts_nothing(
+    tmp_path, monkeypatch
+):
     """The runner refuses the arm before any server (pre-flight says so first in a sweep)."""
     from huggingface_hub import constants
 
@@ -87,7 +98,9 @@ def test_a_launch_without_the_snapshot_fails_the_arm_in_one_line_and_starts_noth
     pair = suite.pair("tiny-cpu").model_copy(update={"drafter": "someorg/somerepo/drafter"})
     sweep = suite.sweep("demo").model_copy(update={"arms": ["static"], "k_values": [3]})
     out = start_sweep(
-        SweepOptions(pair=pair, sweep=sweep, workloads=suite.workloads, results_dir=tmp_path, run_id="r")
+        SweepOptions(
+            pair=pair, sweep=sweep, workloads=suite.workloads, results_dir=tmp_path, run_id="r"
+        )
     )
     failures = out.store.failures()
     assert failures and {f["failure_kind"] for f in failures} == {"server"}

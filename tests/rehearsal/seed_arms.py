@@ -37,5 +37,3 @@ def arm_job(key: tuple[str, str, str]) -> dict:
     argv = build_command(pair, arm, port=8000, sweep=sweep)[3:]
     env = build_env(pair, arm, None) | {"VLLM_USE_V2_MODEL_RUNNER": "1"}
     return {"key": "/".join(key), "env": env, "argv": argv}
-
-

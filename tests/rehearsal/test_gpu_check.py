@@ -108,7 +108,10 @@ def test_a_broken_section_leaves_the_others_figures(carried, tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, str(CHECK), "run", "--cpu", "--vllm-src", str(broken)]
     res = subprocess.run(
-        cmd + ["--out", str(out), "--only", "env,capture"], capture_output=True, text=True, timeout=600
+        cmd + ["--out", str(out), "--only", "env,capture"],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert res.returncode == 1
     report = json.loads((out / "gpu_check.json").read_text())

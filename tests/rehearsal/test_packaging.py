@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_gpu_extra_pins_the_rehearsed_release():
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     assert extras["vllm"] == [f"vllm=={GPU_VLLM_VERSION}"]
     make = (REPO / "Makefile").read_text()
     assert re.search(rf"^VLLM_GPU_VERSION \?= {re.escape(GPU_VLLM_VERSION)}$", make, re.M)
