@@ -45,12 +45,11 @@ def _tiny(config_cls, architecture: str, **fields) -> dict:
 
 def seed_configs() -> dict[str, dict[str, dict]]:
     """Repository id -> {folder: config.json} for every checkpoint the seed pairs name."""
-    import transformers as tf
-    from transformers import AutoConfig
+    import transformers as tf  # lazy: only the config modules named below are imported
 
     dflash = {"target_layer_ids": [0, 1], "mask_token_id": 5}
     # Muse keeps its full configs: the assistant's token ids refer to the target's vocabulary.
-    assistant = AutoConfig.for_model("muse_glimmer_assistant").to_dict()
+    assistant = tf.MuseGlimmerAssistantConfig().to_dict()
     return {
         "deepseek-ai/DeepSeek-V4-Flash-0731": {
             # DSpark drafts from stages inside the target checkpoint (no separate drafter).
