@@ -89,7 +89,7 @@ def test_a_launch_without_the_snapshot_fails_the_arm_in_one_line_and_starts_noth
     from huggingface_hub import constants
 
     from avbench.runner import SweepOptions, start_sweep
-    from avbench.server import probe_vllm
+    from avbench.server import find_free_port, probe_vllm
 
     if probe_vllm(sys.executable).distribution is None:
         pytest.skip("vLLM is not installed: the runner refuses to launch before this check")
@@ -99,7 +99,12 @@ def test_a_launch_without_the_snapshot_fails_the_arm_in_one_line_and_starts_noth
     sweep = suite.sweep("demo").model_copy(update={"arms": ["static"], "k_values": [3]})
     out = start_sweep(
         SweepOptions(
-            pair=pair, sweep=sweep, workloads=suite.workloads, results_dir=tmp_path, run_id="r"
+            pair=pair,
+            sweep=sweep,
+            workloads=suite.workloads,
+            results_dir=tmp_path,
+            run_id="r",
+            port=find_free_port(),
         )
     )
     failures = out.store.failures()
