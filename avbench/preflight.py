@@ -3,8 +3,10 @@
 Each arm's exact argv (``avbench.server.build_command``) is parsed by the installed vLLM's own
 server argument parser, in a subprocess of the vLLM interpreter, and the keys (and literal-typed
 values such as ``method``) of ``--speculative-config`` are checked against that version's
-``SpeculativeConfig`` fields. Nothing is loaded beyond vLLM's Python modules: no model, no
-tokenizer, no GPU. One subprocess checks every arm of every pair, so the cost is one import of
+``SpeculativeConfig`` fields; the checks vLLM's server entry runs right after parsing
+(``validate_parsed_serve_args``) run too, and a drafter that is a folder of a Hugging Face
+repository must be in the local cache (``avbench.checkpoints``). Nothing is loaded beyond vLLM's
+Python modules: no model, no tokenizer, no GPU. One subprocess checks every arm of every pair, so the cost is one import of
 vLLM (about 10 s on 2 cores) however many arms there are.
 """
 
@@ -99,7 +101,7 @@ for argv in spec["argvs"]:
         if validate is not None:
             validate(ns)
     except (TypeError, ValueError) as exc:
-        error = f"{exc}"
+        error = str(exc)
     results.append({"error": error, "speculative_config": getattr(ns, "speculative_config", None)})
 flags = sorted(o for o in parser._option_string_actions if o.startswith("--"))
 print(__MARK__ + json.dumps({"module": name, "fields": fields, "flags": flags, "results": results}))
