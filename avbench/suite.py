@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from avbench import checkpoints
 from avbench.analysis.schedule import validate_schedule
 from avbench.errors import SuiteError
 from avbench.loadgen.config import SamplingParams
@@ -66,9 +67,11 @@ class Pair(BaseModel):
         return self.served_model_name or self.name
 
     def resolve(self, ref: str | None) -> str | None:
-        """Expand "@assets/x" to the installed package's asset directory."""
+        """What vLLM is given for a target or drafter: "@assets/x" becomes the installed
+        package's asset directory, a repository sub-folder id its folder in the local
+        Hugging Face snapshot (``avbench.checkpoints``); anything else is left as is."""
         if ref is None or not ref.startswith(ASSET_PREFIX):
-            return ref
+            return checkpoints.resolve(ref)
         return str(Path(__file__).parent / "assets" / ref[len(ASSET_PREFIX) :])
 
     @field_validator("k_values")

@@ -140,7 +140,7 @@ def check(args: argparse.Namespace) -> list[str]:
 
     from avbench.estimator.online import EstimatorConfig, replay
     from avbench.testing.vllm_kernels import load_estimator_module
-    from avbench.vllm_plugin.refits import flush_refits, install_refit_capture, read_refits
+    from avbench.vllm_plugin.refits import flush_refits, install_refit_capture, refit_lines
 
     device = torch.device("cpu" if args.cpu else "cuda")
     mod = load_estimator_module(args.vllm_src)
@@ -150,7 +150,7 @@ def check(args: argparse.Namespace) -> list[str]:
         return ["install_refit_capture refused vLLM's estimator class (see the warning above)"]
     wrapped = run_load(mod, args, device)
     flush_refits()
-    lines = read_refits(capture_dir)
+    lines = refit_lines(capture_dir)
 
     problems = []
     n_refits = args.steps // 100
@@ -158,11 +158,12 @@ def check(args: argparse.Namespace) -> list[str]:
         problems.append(
             f"{len(lines)} refit lines for {args.steps} step() calls, expected {n_refits}"
         )
-    if lines["step_count"].tolist() != [100 * (i + 1) for i in range(len(lines))]:
-        problems.append(f"step counts {lines['step_count'].tolist()}, expected 100, 200, ...")
+    steps = [r["step_count"] for r in lines]
+    if steps != [100 * (i + 1) for i in range(len(lines))]:
+        problems.append(f"step counts {steps}, expected 100, 200, ...")
     if bare["refits"] != wrapped["refits"]:
         problems.append("the capture changed the estimator: coefficients differ from the bare run")
-    logged = [(r.slope, list(r.intercepts)) for r in lines.itertuples()]
+    logged = [(r["slope"], list(r["intercepts"])) for r in lines]
     if logged != wrapped["refits"]:
         problems.append("logged coefficients differ from the estimator's own tensors")
     obs = wrapped["observed"]
@@ -173,22 +174,22 @@ def check(args: argparse.Namespace) -> list[str]:
         obs[:, 3],
     )
     k = args.positions
-    for i, r in enumerate(lines.itertuples()):
+    for i, r in enumerate(lines):
         in_round = call // 100 == i
         want = np.bincount(pos[in_round], minlength=k).tolist()
-        if list(r.label_counts) != want:
-            problems.append(f"refit {i}: label counts {r.label_counts}, observed {want}")
+        if list(r["label_counts"]) != want:
+            problems.append(f"refit {i}: label counts {r['label_counts']}, observed {want}")
     ref = replay(call, pos, lab, feat, EstimatorConfig(num_positions=k), num_steps=args.steps)
     if len(ref.refits) != len(lines):
         problems.append(f"numpy replay made {len(ref.refits)} refits, vLLM {len(lines)}")
     worst = 0.0
-    for r_np, r_v in zip(ref.refits, lines.itertuples(), strict=False):
-        got = np.array([r_v.slope, *r_v.intercepts])
+    for r_np, r_v in zip(ref.refits, lines, strict=False):
+        got = np.array([r_v["slope"], *r_v["intercepts"]])
         want = np.array([r_np.omega, *r_np.beta])
         worst = max(worst, float(np.max(np.abs(got - want) / (1e-3 + np.abs(want)))))
     if worst > 1e-4:
         problems.append(f"numpy estimator differs from vLLM's by {worst:.2e} (relative), > 1e-4")
-    if len(lines) and lines["slope"].iloc[-1] == 0.5:
+    if lines and lines[-1]["slope"] == 0.5:
         problems.append("the slope never left its cold start 0.5")
     summary = {
         "device": str(device),
@@ -196,8 +197,8 @@ def check(args: argparse.Namespace) -> list[str]:
         "refits": len(lines),
         "labeled_drafts": len(obs),
         "empty_calls": int(args.steps - len(np.unique(call))),
-        "final_slope": float(lines["slope"].iloc[-1]) if len(lines) else None,
-        "final_intercepts": list(lines["intercepts"].iloc[-1]) if len(lines) else None,
+        "final_slope": lines[-1]["slope"] if lines else None,
+        "final_intercepts": lines[-1]["intercepts"] if lines else None,
         "max_relative_diff_vs_numpy": worst,
         "problems": problems,
     }

@@ -2,7 +2,8 @@
 # The nightly job for one pair, exactly as CI runs it: `make nightly PAIR=<id>` (the workflow
 # .github/workflows/nightly-gpu.yml calls that make target, so the two cannot drift).
 #
-#   doctor -> sweep (pre-flight first) -> report -> compare with the previous night -> summary
+#   doctor -> sweep (pre-flight first) -> report -> GPU estimator check -> compare with the
+#   previous night -> summary
 #
 # Environment:
 #   PAIR       pair id (required)
@@ -16,8 +17,9 @@
 #
 # Exit code: the sweep's when it is not 0 (1: cells failed; 2: bad input or pre-flight;
 # 4: internal error; 130: interrupted), else 1 when compare finds a cell worse beyond noise,
-# else doctor's or report's failure, else 0. Compare finding nothing comparable (first night,
-# or the settings changed) is reported, not a failure.
+# else doctor's or report's failure, else 1 when the GPU estimator check fails, else 0.
+# Compare finding nothing comparable (first night, or the settings changed) is reported, not a
+# failure; so is an estimator check that cannot run here (no GPU).
 set -uo pipefail
 
 : "${PAIR:?set PAIR=<pair id>}"
@@ -58,6 +60,20 @@ rc=0
   [ -f "$run/report.md" ] && cat "$run/report.md"
   echo
 } >>"$summary"
+
+# vLLM's estimator kernels on this machine's GPU against avbench's numpy estimator, with and
+# without the refit capture (scripts/gpu_check_estimator.py; exit 2: cannot run here).
+check="$run/estimator-check"
+"$PY" "$(dirname "$0")/gpu_check_estimator.py" --out "$check" >"$check.log" 2>&1
+check_rc=$?
+case $check_rc in
+  0) echo "nightly: GPU estimator check passed ($check)" | tee -a "$summary" ;;
+  2) echo "nightly: GPU estimator check not run here: $(tail -n 1 "$check.log")" | tee -a "$summary" ;;
+  *)
+    echo "nightly: GPU estimator check FAILED (exit $check_rc): see $check.log" | tee -a "$summary" >&2
+    [ "$rc" -eq 0 ] && rc=1
+    ;;
+esac
 
 # The newest stored run of this pair under BASELINE (run ids start with the pair and a date).
 base=""

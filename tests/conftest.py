@@ -85,3 +85,24 @@ def gpu_vllm_python(vllm_src: Path, tmp_path_factory) -> Path:
     from avbench.testing.vllm_source import rehearsal_python
 
     return rehearsal_python(vllm_src, tmp_path_factory.mktemp("gpu-vllm"))
+
+
+@pytest.fixture(scope="session")
+def seed_hf_home(tmp_path_factory) -> Path:
+    """An HF_HOME whose hub cache holds config-only snapshots of every checkpoint the seed
+    pairs name (``avbench.testing.hf_cache``): ids resolve offline as after a download."""
+    from avbench.testing.hf_cache import seed_cache
+
+    home = tmp_path_factory.mktemp("hf-home")
+    seed_cache(home)
+    return home
+
+
+@pytest.fixture
+def seed_checkpoints(seed_hf_home: Path, monkeypatch) -> Path:
+    """This process and its subprocesses look up checkpoints in ``seed_hf_home``."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HOME", str(seed_hf_home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(seed_hf_home / "hub"))
+    return seed_hf_home

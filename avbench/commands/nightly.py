@@ -55,7 +55,8 @@ def preflight(
         raise typer.Exit(2)
     typer.echo(
         f"pre-flight ok: {len(report.checked)} arm command lines of {len(pairs)} pair(s) parse "
-        f"with {version} ({len(report.unsupported)} arm(s) unsupported here, not started)"
+        f"with {version}'s {report.parser} ({len(report.unsupported)} arm(s) unsupported here, "
+        "not started)"
     )
 
 
@@ -141,6 +142,7 @@ def print_plan_work(console, suite, pair, sweep, cells, python: str, from_run: P
     """`avbench plan`'s second half: each arm's server command, then the work and its time."""
     import shlex
 
+    from avbench import checkpoints
     from avbench.errors import UnsupportedArm
     from avbench.plan import Arm
     from avbench.plan_cost import estimate_wall_time, format_duration, plan_work
@@ -178,6 +180,10 @@ def print_plan_work(console, suite, pair, sweep, cells, python: str, from_run: P
     for a in work.arms:
         note = f"  [unsupported here, not started: {a.unsupported}]" if a.unsupported else ""
         console.print(f"  {a.arm}: {shlex.join(a.command or [])}{note}", markup=False)
+    for role, ref in (("target", pair.target), ("drafter", pair.drafter)):
+        line = checkpoints.describe(role, ref)
+        if line:
+            console.print(f"  {line}", markup=False)
     unknown = (
         f" (counting one turn for {', '.join(work.unknown_turns)}: not available here)"
         if work.unknown_turns

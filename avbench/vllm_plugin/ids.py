@@ -21,7 +21,7 @@ _PROMPT_INDEX = {"cmpl-": re.compile(r"-\d+$"), "chatcmpl-": re.compile(r"_\d+$"
 def client_request_id(engine_id: str, randomized: bool | None = None) -> str:
     """The ``id`` field of the OpenAI response that carried this engine request."""
     if randomized is None:
-        randomized = not os.environ.get("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION")
+        randomized = not randomization_disabled()
     rid = _CHILD.sub("", engine_id)
     if randomized:
         rid = _RANDOM.sub("", rid)
@@ -29,6 +29,16 @@ def client_request_id(engine_id: str, randomized: bool | None = None) -> str:
         if rid.startswith(prefix):
             return index.sub("", rid)
     return rid
+
+
+def randomization_disabled() -> bool:
+    """VLLM_DISABLE_REQUEST_ID_RANDOMIZATION read as vLLM reads it: ``bool(int(value))``, so
+    "0" leaves randomisation on. A value vLLM cannot parse stops vLLM itself at its first
+    request; here it counts as unset."""
+    try:
+        return bool(int(os.environ.get("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "0")))
+    except ValueError:
+        return False
 
 
 def is_sampled(client_id: str, fraction: float) -> bool:

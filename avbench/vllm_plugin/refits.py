@@ -8,8 +8,10 @@ boundary call the wrapper runs vLLM's own ``step`` twice: first with the refit p
 accumulation alone), then, after a device-side copy of the counts, with an empty batch, which
 adds nothing and launches the refit. Other calls pay one host-side integer comparison.
 
-The copy to the host is asynchronous on a GPU: the line is written on a later ``step()`` once
-its CUDA event has completed, so no call waits on the device. Lines go to
+The copy to the host is asynchronous on a GPU: a writer thread of the process waits for its
+CUDA event and appends the line at once, so no ``step()`` waits on the device and a line never
+waits for a later step or for the process to exit (a worker SIGKILLed after vLLM's shutdown
+grace period loses at most a copy still in flight). Lines go to
 ``<capture dir>/refits.<pid>.jsonl``. A mismatch with the class's expected attributes leaves
 the estimator untouched (one warning naming the vLLM version); an exception inside the wrapper
 is caught and counted (``capture_errors`` in every line), never raised into the engine.
@@ -23,9 +25,10 @@ import inspect
 import json
 import logging
 import os
+import queue
 import sys
+import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,14 +81,27 @@ class _Pending:
     event: Any  # CUDA event recorded after the copy, or None on CPU
 
 
+def _to_host(values: Any) -> tuple[Any, Any]:
+    """(host tensor, CUDA event that completes with the copy, or None): never waits."""
+    if not values.is_cuda:
+        return values, None
+    import torch
+
+    values = values.to("cpu", non_blocking=True)  # a pinned destination: no sync
+    event = torch.cuda.Event()
+    event.record()
+    return values, event
+
+
 @dataclass
 class RefitCapture:
     """Per-process capture state: the output file, lines not written yet, error count."""
 
     path: Path
     errors: int = 0
-    pending: deque[_Pending] = field(default_factory=deque)
+    pending: queue.Queue = field(default_factory=queue.Queue)
     _unsupported: set[int] = field(default_factory=set)  # ids of instances left alone
+    _writer: threading.Thread | None = None
 
     def fail(self, where: str) -> None:
         self.errors += 1
@@ -100,7 +116,6 @@ class RefitCapture:
     def at_boundary(self, est: Any) -> bool:
         """True when this ``step()`` call of ``est`` will refit (host-side state only)."""
         try:
-            self.drain(block=False)
             if id(est) in self._unsupported:
                 return False
             missing = [a for a in _INSTANCE_ATTRS if not hasattr(est, a)]
@@ -125,18 +140,14 @@ class RefitCapture:
             return None
 
     def record(self, est: Any, counts: Any, started: float) -> None:
-        """Queue the refit's K+1 coefficients and K counts for writing, without a device wait."""
+        """Queue the refit's K+1 coefficients and K counts for the writer, without a device
+        wait."""
         if counts is None:
             return
         try:
             import torch
 
-            values = torch.cat([est.slope.reshape(1), est.intercepts, counts])
-            event = None
-            if values.is_cuda:
-                values = values.to("cpu", non_blocking=True)
-                event = torch.cuda.Event()
-                event.record()
+            values, event = _to_host(torch.cat([est.slope.reshape(1), est.intercepts, counts]))
             tp, dp = _ranks()
             meta = {
                 "time": started,
@@ -146,43 +157,44 @@ class RefitCapture:
                 "refit_index": est._refits - 1,
                 "step_count": est._refits * est.REFIT_INTERVAL,
             }
-            self.pending.append(_Pending(meta, values, event))
-            self.drain(block=False)
+            self.pending.put(_Pending(meta, values, event))
+            if self._writer is None or not self._writer.is_alive():  # none yet, or forked
+                self._writer = threading.Thread(
+                    target=self._write_loop, name="avbench-refits", daemon=True
+                )
+                self._writer.start()
         except Exception:
             self.fail("refit record")
 
-    def drain(self, block: bool) -> None:
-        """Write every queued line whose copy has landed (all of them when ``block``)."""
-        lines = []
-        while self.pending:
-            head = self.pending[0]
-            if head.event is not None and not head.event.query():
-                if not block:
-                    break
-                head.event.synchronize()
-            self.pending.popleft()
-            v = head.values.tolist()
-            k = (len(v) - 1) // 2
-            lines.append(
-                json.dumps(
-                    {
-                        **head.meta,
-                        "slope": v[0],
-                        "intercepts": v[1 : 1 + k],
-                        "label_counts": [int(c) for c in v[1 + k :]],
-                        "capture_errors": self.errors,
-                    }
-                )
-            )
-        if lines:
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write("\n".join(lines) + "\n")
+    def _write_loop(self) -> None:
+        while True:
+            item = self.pending.get()
+            try:
+                self._write(item)
+            except Exception:
+                self.fail("refit write")
+            finally:
+                self.pending.task_done()
+
+    def _write(self, item: _Pending) -> None:
+        if item.event is not None:
+            item.event.synchronize()  # this thread waits, the engine's does not
+        v = item.values.tolist()
+        k = (len(v) - 1) // 2
+        line = {
+            **item.meta,
+            "slope": v[0],
+            "intercepts": v[1 : 1 + k],
+            "label_counts": [int(c) for c in v[1 + k :]],
+            "capture_errors": self.errors,
+        }
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
 
     def close(self) -> None:
-        try:
-            self.drain(block=True)
-        except Exception:
-            self.fail("final write")
+        """Wait until every queued line is written (the device copies included)."""
+        if self._writer is not None and self._writer.is_alive():
+            self.pending.join()
 
 
 def _wrap_step(step: Any, capture: RefitCapture) -> Any:
@@ -248,17 +260,16 @@ def install_refit_capture(capture_dir: Path) -> bool:
 
 
 def flush_refits() -> None:
-    """Write every refit line still waiting for its device copy (waits for the device)."""
+    """Wait until every refit line is written (waits for the device copies)."""
     if _capture is not None:
         _capture.close()
 
 
-def read_refits(root: Path) -> pd.DataFrame:
-    """Every refit line under ``root`` (searched recursively), one row each, with the file it
-    came from (``file``, relative to ``root``). A torn last line (a process killed mid-write)
-    is skipped; any other unreadable line is an error naming the file and line."""
-    import pandas as pd
-
+def refit_lines(root: Path) -> list[dict[str, Any]]:
+    """Every refit line under ``root`` (searched recursively) as a dict of ``REFIT_COLUMNS``
+    plus ``file`` (relative to ``root``), by file then refit index. A torn last line (a process
+    killed mid-write) is skipped; any other unreadable line is an error naming the file and
+    line. Needs only the standard library (the GPU check runs where pandas may be absent)."""
     root = Path(root)
     if not root.is_dir():
         raise RefitCaptureError(f"{root}: not a directory (expected a capture directory)")
@@ -278,5 +289,11 @@ def read_refits(root: Path) -> pd.DataFrame:
                     continue
                 raise RefitCaptureError(f"{path}:{i + 1}: not a refit line ({exc})") from None
             rows.append({c: row[c] for c in REFIT_COLUMNS} | {"file": str(path.relative_to(root))})
-    df = pd.DataFrame(rows, columns=[*REFIT_COLUMNS, "file"])
-    return df.sort_values(["file", "refit_index"], kind="stable", ignore_index=True)
+    return sorted(rows, key=lambda r: (r["file"], r["refit_index"]))
+
+
+def read_refits(root: Path) -> pd.DataFrame:
+    """``refit_lines`` as a frame, one row per refit line."""
+    import pandas as pd
+
+    return pd.DataFrame(refit_lines(root), columns=[*REFIT_COLUMNS, "file"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -200,6 +202,25 @@ def test_port_host_interpreter_and_checkout_do_not_count():
         "--max-model-len",
         "1024",
     ]
+
+
+def test_a_snapshot_folder_counts_by_repository_and_revision_not_cache_location():
+    """A sub-folder drafter is launched from the local Hugging Face snapshot: another cache
+    directory is the same setting, another revision of the repository is not."""
+
+    def spec(hub: str, rev: str) -> list[str]:
+        model = f"{hub}/models--XiaomiMiMo--MiMo-V2.5-Pro-FP4-DFlash/snapshots/{rev}/dflash"
+        return ["py", "-m", "mod", "--speculative-config", json.dumps({"model": model})]
+
+    a, b = "ab12" * 10, "cd34" * 10
+    assert server_signature(spec("/opt/hf-cache/hub", a)) == server_signature(
+        spec("/root/.cache/huggingface/hub", a)
+    )
+    assert server_signature(spec("/opt/hf-cache/hub", a)) != server_signature(
+        spec("/opt/hf-cache/hub", b)
+    )
+    cfg = json.loads(server_signature(spec("/x/hub", a))[1])
+    assert cfg["model"] == f"hf:XiaomiMiMo/MiMo-V2.5-Pro-FP4-DFlash@{a}/dflash"
 
 
 def test_cells_in_one_run_only_are_listed():

@@ -114,3 +114,15 @@ def test_missing_plugin(tmp_path, monkeypatch):
     assert plugin.status == "problem"
     assert "sweep nightly-cpu captures" in plugin.detail and plugin.fix
     assert exit_code(checks) == 1
+
+
+def test_driver_check_knows_what_cuda_13_needs():
+    """vLLM 0.33.0 (the GPU extra) is a CUDA 13 build: a driver of branch 580 or newer."""
+    from avbench.doctor import driver_check
+
+    old = driver_check(["550.54.15", "580.159.03"], "13.0")
+    assert old.status == "problem" and "550.54.15" in old.detail and "580" in old.fix
+    assert "580.159.03" not in old.detail
+    assert driver_check(["580.159.03"], "13.0").status == "ok"
+    assert driver_check(["535.104.05"], "12.8").status == "ok"
+    assert driver_check(["535.104.05"], None).status == "warn"

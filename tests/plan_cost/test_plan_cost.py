@@ -145,7 +145,7 @@ def test_cli_plan_shows_commands_work_and_wall_time(tmp_path):
     assert res.returncode == 0, res.stderr
     out = res.stdout
     for arm in ("static-k3", "av-k3"):  # static_k = "max": AV and its OFF twin only
-        assert f"  {arm}: " in out and "-m vllm.entrypoints.openai.api_server" in out
+        assert f"  {arm}: " in out and "-m vllm.entrypoints.launchers.api_server.entry" in out
     assert "static-k1" not in out
     # Per arm: 2 repeats x (c=1: 4 + 1 warmup, c=4: 4 + 1); AV is not started where this vLLM
     # cannot run it (the CPU build).

@@ -38,7 +38,7 @@ def _spec(cmd):
 
 def test_static_arm_command(tiny):
     cmd = build_command(tiny, Arm("static", 3), port=8123)
-    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.launchers.api_server.entry"]
     assert cmd[cmd.index("--port") + 1] == "8123"
     assert cmd[cmd.index("--served-model-name") + 1] == "tiny-target"
     spec = _spec(cmd)

@@ -18,3 +18,14 @@ def test_sampling_is_deterministic_and_close_to_the_fraction():
     assert picked == [i for i in ids if is_sampled(i, 0.25)]
     assert 0.22 < len(picked) / len(ids) < 0.28
     assert all(is_sampled(i, 1.0) for i in ids[:10]) and not any(is_sampled(i, 0) for i in ids)
+
+
+def test_randomisation_switch_is_read_as_vllm_reads_it(monkeypatch):
+    """vLLM parses VLLM_DISABLE_REQUEST_ID_RANDOMIZATION with bool(int(v)): "0" keeps the
+    8-hex suffix, which must then be stripped; "1" drops it."""
+    engine_id = "cmpl-abc-0-1f2e3d4c"
+    for value, want in (("0", "cmpl-abc"), ("1", "cmpl-abc-0-1f2e3d4c"), ("", "cmpl-abc")):
+        monkeypatch.setenv("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", value)
+        assert client_request_id(engine_id) == want, value
+    monkeypatch.delenv("VLLM_DISABLE_REQUEST_ID_RANDOMIZATION")
+    assert client_request_id(engine_id) == "cmpl-abc"
