@@ -30,6 +30,7 @@ from avbench.plan import Arm
 from avbench.suite import Pair, Sweep
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
 REDACTED = "***"
 
 
@@ -211,6 +212,9 @@ def build_command(
     spec = speculative_config(pair, arm, sweep)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec, sort_keys=True)]
+        # Each response's final usage chunk then carries its accepted drafts per verify step
+        # (vLLM >= 0.32): the accepted prefixes `avbench predict` replays.
+        cmd += [PER_REQUEST_SPEC_FLAG, "detailed"]
     return cmd
 
 

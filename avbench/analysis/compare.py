@@ -141,13 +141,15 @@ class Comparison:
 
 # ----------------------------------------------------------------------------- settings
 _ASSETS = re.compile(r"[^\s\"']*/avbench/assets/")
-_DROP_WITH_VALUE = {"--host", "--port"}
+# What only changes the response's reporting, not what is served.
+_DROP_WITH_VALUE = {"--host", "--port", "--per-request-spec-decode-metrics"}
 
 
 def server_signature(command: list[str] | None) -> list[str] | None:
     """An arm's server command without what may differ between identical runs.
 
-    Drops the interpreter and module, --host/--port and their values, and writes the package's
+    Drops the interpreter and module, --host/--port (and the per-request spec-decode metrics
+    flag, which only adds to the response) with their values, and writes the package's
     embedded assets as ``@assets/`` (checkouts live in different directories)."""
     if not command:
         return None
