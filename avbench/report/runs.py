@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -42,6 +42,21 @@ class Run:
 class RunSet:
     runs: list[Run]
     cells: pd.DataFrame  # every finished cell row of every run, with run_id and pair
+    # `avbench predict`'s rows (predicted.jsonl) of every run: never measurements.
+    predicted: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def with_predictions(self) -> pd.DataFrame:
+        """Measured cells, plus predicted ones where no cell of that arm, workload, load and
+        repeat was measured (a measurement always wins; ``predicted`` marks the others)."""
+        if self.predicted.empty:
+            return self.cells
+        keys = ["run_id", "arm", "workload", "concurrency", "rate", "repeat"]
+        have = set()
+        if not self.cells.empty:
+            have = set(self.cells.reindex(columns=keys).itertuples(index=False, name=None))
+        pred = self.predicted.reindex(columns=sorted(set(self.predicted) | set(keys)))
+        gaps = [t not in have for t in pred[keys].itertuples(index=False, name=None)]
+        return pd.concat([self.cells, pred[gaps]], ignore_index=True)
 
     def unresolved_failures(self) -> list[dict]:
         """Failed cells no later attempt (--resume) finished, unsupported arms left out."""
@@ -125,7 +140,9 @@ def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
 def load_runs(paths: Sequence[Path]) -> RunSet:
     if not paths:
         raise AvbenchError("expected at least one run directory")
-    runs, frames = [], []
+    from avbench.predict.run import read_predicted
+
+    runs, frames, predicted = [], [], []
     for p in paths:
         store = RunStore.open(Path(p))
         run = Run(store, store.read_manifest())
@@ -137,5 +154,9 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
             if "pair" not in cells:
                 cells["pair"] = run.pair
             frames.append(cells.assign(run_id=run.run_id))
+        rows = read_predicted(store.root)
+        if rows:
+            predicted.append(pd.DataFrame(rows).assign(run_id=run.run_id, predicted=True))
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return RunSet(runs, cells)
+    pred = pd.concat(predicted, ignore_index=True) if predicted else pd.DataFrame()
+    return RunSet(runs, cells, pred)
