@@ -147,65 +147,44 @@ def chunk_vs_counter(data: CellData, deps: Mapping[str, Any]) -> float:
     return ratio(deps["chunk_tokens_mean"], deps["acceptance_length"], "chunk/counter ratio")
 
 
-def _req_spec(data: CellData, column: int) -> float:
+@metric(
+    "req_spec",
+    unit="count",
+    kind="indexed",
+    inputs=("request_spec",),
+    definition="summed over successful requests, from each response's per-request "
+    "spec-decode metrics: steps (verify steps; = num_drafts when every measured request "
+    "succeeded), accepted (per_step_accepted; = num_accepted), draft_tokens (per_step_drafted; "
+    "= num_draft_tokens).",
+)
+def req_spec(data: CellData, deps: Mapping[str, Any]) -> dict[str, float]:
     spec = need(data.request_spec, "per-request spec-decode metrics (server flag off?)")
-    return float(spec[:, column].sum())
-
-
-@metric(
-    "req_spec_steps",
-    unit="drafts",
-    inputs=("request_spec",),
-    definition="verify steps summed over successful requests, from each response's "
-    "per-request spec-decode metrics (vLLM's count of drafts; = num_drafts when every "
-    "measured request succeeded).",
-)
-def req_spec_steps(data: CellData, deps: Mapping[str, Any]) -> float:
-    return _req_spec(data, 0)
-
-
-@metric(
-    "req_spec_accepted",
-    unit="tokens",
-    inputs=("request_spec",),
-    definition="accepted drafts summed over successful requests' per_step_accepted "
-    "(= num_accepted when every measured request succeeded).",
-)
-def req_spec_accepted(data: CellData, deps: Mapping[str, Any]) -> float:
-    return _req_spec(data, 1)
-
-
-@metric(
-    "req_spec_draft_tokens",
-    unit="tokens",
-    inputs=("request_spec",),
-    definition="proposed drafts summed over successful requests' per_step_drafted "
-    "(= num_draft_tokens when every measured request succeeded).",
-)
-def req_spec_draft_tokens(data: CellData, deps: Mapping[str, Any]) -> float:
-    return _req_spec(data, 2)
+    totals = spec.sum(axis=0)
+    return {"steps": float(totals[0]), "accepted": float(totals[1]), "draft_tokens": float(totals[2])}
 
 
 @metric(
     "req_spec_accept_length",
     unit="tokens/step",
-    requires=("req_spec_accepted", "req_spec_steps"),
+    requires=("req_spec",),
     definition="1 + req_spec_accepted / req_spec_steps: acceptance length from the server's "
     "per-request metrics.",
 )
 def req_spec_accept_length(data: CellData, deps: Mapping[str, Any]) -> float:
-    return 1.0 + ratio(deps["req_spec_accepted"], deps["req_spec_steps"], "per-request steps")
+    spec = deps["req_spec"]
+    return 1.0 + ratio(spec["accepted"], spec["steps"], "per-request steps")
 
 
 @metric(
     "req_spec_vs_counter_accepted",
     unit="ratio",
-    requires=("req_spec_accepted", "num_accepted"),
+    requires=("req_spec", "num_accepted"),
     definition="req_spec_accepted / num_accepted: 1 when the per-request metrics account for "
     "every accepted draft the counters saw.",
 )
 def req_spec_vs_counter(data: CellData, deps: Mapping[str, Any]) -> float:
-    return ratio(deps["req_spec_accepted"], deps["num_accepted"], "per-request/counter ratio")
+    accepted = deps["req_spec"]["accepted"]
+    return ratio(accepted, deps["num_accepted"], "per-request/counter ratio")
 
 
 @metric(

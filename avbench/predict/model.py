@@ -3,13 +3,16 @@
 Pure: a cell's captured steps and verify events plus cost tables in, predicted metrics out; no
 server, no files. What it assumes (docs/predict.md):
 
-- drafts and labels of a shorter arm are prefixes of the longer arm's, in distribution: a step
-  that accepted a drafts at K accepts min(a, K') at K' (AV: min(a, admitted));
+- drafts and labels of a shorter arm are prefixes of the longer arm's, in distribution: the
+  draft for an output position is accepted whatever K the arm runs, so a K' arm's step from a
+  position accepts min(K', the run of accepted positions there); AV, decided batch-wide per
+  step, keeps min(accepted, admitted) of each measured step;
 - batch composition follows the measured arm: the same requests share the same steps, and a
   step that yields fewer tokens is repeated (its time scales by tokens measured / predicted);
 - a step's time changes only by the modelled costs: the draft cost of the positions drafted and
   the verify cost of the tokens in the forward (cost tables); the rest of the step (scheduler,
-  output processing) stays as measured, and idle time between steps is not stretched;
+  output processing) stays as measured, and idle time (the batch emptied, waiting for the
+  client) is not stretched;
 - the predicted figures are the measured ones times the modelled ratio (tok/s/GPU by the
   cell's time ratio, each request's TPOT by its own), so what the model leaves out cancels.
 
@@ -30,7 +33,6 @@ from avbench.predict.curves import CostTables
 from avbench.predict.vllm_av import BudgetInputs, budget_rule
 
 _BOOTSTRAP = 200
-_SLACK = 2.0  # a gap between steps above this many times the median one is idle time
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ class Replayed:
     """Per step and per verify event, measured and predicted."""
 
     steps: pd.DataFrame  # + tok, tok_pred, work_pred_ms, verified_pred
-    events: pd.DataFrame  # + accepted_pred, verified_pred
+    events: pd.DataFrame  # + accepted_pred, verified_pred, scheduled_pred
+    requests: pd.DataFrame  # request_id, draft_steps, accepted (predicted, per request)
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,11 @@ def step_times(steps: pd.DataFrame) -> pd.DataFrame:
     """``work_ms`` and ``idle_ms`` per captured step (rows of one server process, in order).
 
     A step lasts from its start to the next step's (``interval_ms`` of the next row); its busy
-    part is forward + sampling + drafting. The rest is the engine's overhead between steps,
-    except where it exceeds ``_SLACK`` times the median gap: that excess is idle time (no work
-    scheduled), which a slower or faster arm would not stretch. The last step of a stretch has
-    no successor and gets the median gap."""
+    part is forward + sampling + drafting, the rest the engine's overhead between steps (on a
+    shared machine also the time the engine waited for a core), which more steps would repeat.
+    Only a gap after which no request of the step goes on (the batch emptied: the engine waited
+    for the client's next request) is idle beyond the median gap, and idle time is not
+    stretched. The last step of a stretch has no successor and gets the median gap."""
     busy = (
         steps["forward_ms"].fillna(0.0)
         + steps["sample_ms"].fillna(0.0)
@@ -118,40 +122,105 @@ def step_times(steps: pd.DataFrame) -> pd.DataFrame:
     gap = np.where(consecutive, np.maximum(nxt - busy, 0.0), np.nan)
     median_gap = float(np.nanmedian(gap)) if np.isfinite(gap).any() else 0.0
     gap = np.where(np.isfinite(gap), gap, median_gap)
-    overhead = np.minimum(gap, _SLACK * median_gap)
-    return steps.assign(work_ms=busy + overhead, idle_ms=gap - overhead)
+    ids = [set(r) for r in steps["request_ids"]] if "request_ids" in steps else None
+    emptied = np.zeros(len(steps), dtype=bool)
+    if ids is not None:
+        emptied[:-1] = [not (a & b) for a, b in zip(ids[:-1], ids[1:], strict=True)]
+    idle = np.where(emptied, np.maximum(gap - median_gap, 0.0), 0.0)
+    return steps.assign(work_ms=busy + gap - idle, idle_ms=idle)
 
 
 # ----------------------------------------------------------------------------- static, schedule
-def replay_fixed(cell: CellReplay, tables: CostTables, policy: Policy) -> Replayed:
-    """A static K' or a schedule: every verify event keeps min(accepted, K' of its step)."""
+def position_labels(accepted: np.ndarray, scheduled: np.ndarray) -> np.ndarray:
+    """One request's verify events laid on its output positions (after the prefill token):
+    1 a draft there was accepted, 0 rejected, -1 never drafted (the target's bonus token after
+    a fully accepted step)."""
+    lab = np.full(int((accepted + 1).sum()), -1, dtype=np.int8)
+    p = 0
+    for a, k in zip(accepted, scheduled, strict=True):
+        lab[p : p + a] = 1
+        if a < k:
+            lab[p + a] = 0
+        p += a + 1
+    return lab
+
+
+def _walk(lab: np.ndarray, k_at: np.ndarray, rho: float, rng) -> tuple[int, int, int, int]:
+    """One pass over a request's positions as an arm drafting ``k_at[q]`` at position q would
+    step: a step accepts drafts while the labels there are 1 (an unknown label is accepted with
+    probability ``rho``), then emits the target's token. Returns (steps, accepted, drafted,
+    steps that drafted)."""
+    q = steps = acc = drafted = drafting = 0
+    while q < len(lab):
+        k = int(k_at[q])
+        a = 0
+        while a < k and q + a < len(lab):
+            x = lab[q + a]
+            if not (x == 1 or (x < 0 and rng.random() < rho)):
+                break
+            a += 1
+        steps, acc, drafted, drafting = steps + 1, acc + a, drafted + k, drafting + (k > 0)
+        q += a + 1
+    return steps, acc, drafted, drafting
+
+
+def _continue_rate(labels: list[np.ndarray]) -> float:
+    """P(a draft is accepted | the one before it was): what a never-drafted position (after a
+    fully accepted step) is taken to accept with."""
+    pairs = [(x[:-1], x[1:]) for x in labels if len(x) > 1]
+    prev = np.concatenate([a for a, _ in pairs]) if pairs else np.zeros(0)
+    nxt = np.concatenate([b for _, b in pairs]) if pairs else np.zeros(0)
+    known = (prev == 1) & (nxt >= 0)
+    return float((nxt[known] == 1).mean()) if known.any() else 0.5
+
+
+def replay_fixed(cell: CellReplay, tables: CostTables, policy: Policy, walks: int = 8) -> Replayed:
+    """A static K' or a schedule, request by request along its output positions.
+
+    The measured arm's verify events give each position's label; the predicted arm steps over
+    the same positions with its own K' (a schedule: the K of the batch that drafted, i.e. of
+    the measured step before the one that covered the position), each step accepting
+    min(K', the run of accepted labels from where it starts). The per-event columns then carry
+    each request's predicted tokens and drafts per step over its measured steps."""
     steps = cell.steps
     n = steps["n_reqs"].to_numpy(int)
-    n_prev = np.concatenate((n[:1], n[:-1]))
-    kv = np.array([policy.k_for(int(x)) for x in n_prev])  # drafted by the previous batch
+    n_prev = dict(zip(steps["step"], np.concatenate((n[:1], n[:-1])), strict=True))
     kd = np.array([policy.k_for(int(x)) for x in n])
-    if (kv > cell.k).any() or (kd > cell.k).any():
+    if max(kd.max(initial=0), max(policy.k_for(int(x)) for x in n_prev.values())) > cell.k:
         raise ValueError(f"a K above the captured arm's K {cell.k} cannot be replayed")
-    kv_of = dict(zip(steps["step"], kv, strict=True))
-    ev = cell.events
-    limit = ev["step"].map(kv_of).to_numpy(int)
-    events = ev.assign(
-        accepted_pred=np.minimum(ev["accepted"].to_numpy(int), limit),
-        verified_pred=limit,
-        scheduled_pred=limit,
-    )
+    ev = cell.events.sort_values(["request_id", "step"], kind="stable")
+    groups = list(ev.groupby("request_id", sort=False))
+    labels = [position_labels(g["accepted"].to_numpy(int), g["scheduled"].to_numpy(int)) for _, g in groups]  # fmt: skip
+    rho, rng = _continue_rate(labels), np.random.default_rng(0)
+    parts, per_request = [], []
+    for (rid, g), lab in zip(groups, labels, strict=True):
+        spans = g["accepted"].to_numpy(int) + 1
+        k_at = np.repeat([policy.k_for(int(n_prev[s])) for s in g["step"]], spans)
+        runs = np.array([_walk(lab, k_at, rho, rng) for _ in range(walks)], dtype=float).mean(0)
+        n_steps, acc, drafted, drafting = runs
+        per_request.append((rid, drafting, acc))
+        parts.append(g.assign(
+            accepted_pred=len(lab) / n_steps - 1.0,  # predicted tokens per step, less its own
+            verified_pred=drafted / n_steps,
+            scheduled_pred=drafted / n_steps,
+        ))  # fmt: skip
+    events = pd.concat(parts) if parts else ev.assign(accepted_pred=0.0, verified_pred=0.0, scheduled_pred=0.0)  # fmt: skip
     delta = np.array(
         [
             tables.draft_ms(int(b), int(m)) - tables.draft_ms(cell.k, int(m))
             for b, m in zip(kd, n, strict=True)
         ]
     )
-    return _finish(cell, tables, events, delta)
+    requests = pd.DataFrame(per_request, columns=["request_id", "draft_steps", "accepted"])
+    return _finish(cell, tables, events, delta, requests)
 
 
-def _finish(cell: CellReplay, tables: CostTables, events: pd.DataFrame, draft_delta) -> Replayed:
+def _finish(
+    cell: CellReplay, tables: CostTables, events: pd.DataFrame, draft_delta, requests
+) -> Replayed:
     """Tokens and work per step from the events' predicted verdicts; the verify cost moves
-    with the drafts left in the forward."""
+    with the drafts left in the forward. ``requests``: per request, predicted steps that
+    drafted and drafts accepted (the acceptance length's terms)."""
     steps = cell.steps
     by = events.groupby("step")
     acc = by["accepted"].sum().reindex(steps["step"], fill_value=0).to_numpy()
@@ -162,7 +231,7 @@ def _finish(cell: CellReplay, tables: CostTables, events: pd.DataFrame, draft_de
     tokens_pred = tokens - steps["drafts"].to_numpy(int) + verified
     verify_delta = np.array(
         [
-            tables.verify_ms(a) - tables.verify_ms(b)
+            tables.verify_ms(round(a)) - tables.verify_ms(b)
             for a, b in zip(tokens_pred, tokens, strict=True)
         ]
     )
@@ -173,7 +242,7 @@ def _finish(cell: CellReplay, tables: CostTables, events: pd.DataFrame, draft_de
         work_pred_ms=np.maximum(work + draft_delta + verify_delta, 0.05 * work),
         verified_pred=verified,
     )
-    return Replayed(out, events)
+    return Replayed(out, events, requests)
 
 
 # ----------------------------------------------------------------------------- AV
@@ -227,7 +296,11 @@ def replay_av(cell: CellReplay, tables: CostTables, state: AvState, code) -> Rep
         verified_pred=pd.concat(admitted_all) if admitted_all else 0,
         scheduled_pred=ev["scheduled"],  # vLLM counts what was scheduled, trimmed or not
     )
-    return _finish(cell, tables, events, np.zeros(len(cell.steps)))
+    by = events[events["scheduled_pred"] > 0].groupby("request_id")
+    requests = pd.DataFrame(
+        {"draft_steps": by.size(), "accepted": by["accepted_pred"].sum()}
+    ).reset_index()
+    return _finish(cell, tables, events, np.zeros(len(cell.steps)), requests)
 
 
 def _observe(est: OnlineEstimator, f: np.ndarray, accepted: np.ndarray, admitted) -> None:
@@ -264,13 +337,12 @@ def _request_ratios(r: Replayed) -> pd.Series:
 
 def summarize(cell: CellReplay, r: Replayed, seed: int = 0) -> Prediction:
     """Predicted cell metrics, each with a bootstrap interval (steps for throughput, requests
-    for TPOT, verify events for acceptance)."""
+    for TPOT and acceptance)."""
     rng = np.random.default_rng(seed)
     ratios = _request_ratios(r)
     tpot = np.array([cell.tpot_ms[q] * ratios[q] for q in ratios.index if q in cell.tpot_ms])
-    ev = r.events
-    with_drafts = ev[ev["scheduled_pred"] > 0]  # what spec_decode_num_drafts counts
-    acc = with_drafts["accepted_pred"].to_numpy(float)
+    # What spec_decode_num_drafts counts: steps that drafted, request by request.
+    acc = r.requests[["accepted", "draft_steps"]].to_numpy(float)
     tput = cell.measured_tput / _time_ratio(r.steps)
     boots: dict[str, list[float]] = {"output_tok_s_per_gpu": [], "tpot_ms_median": [], "acceptance_length": []}  # fmt: skip
     for _ in range(_BOOTSTRAP):
@@ -279,11 +351,12 @@ def summarize(cell: CellReplay, r: Replayed, seed: int = 0) -> Prediction:
         if len(tpot):
             boots["tpot_ms_median"].append(float(np.median(rng.choice(tpot, len(tpot)))))
         if len(acc):
-            boots["acceptance_length"].append(1.0 + float(rng.choice(acc, len(acc)).mean()))
+            pick = acc[rng.integers(0, len(acc), len(acc))]
+            boots["acceptance_length"].append(1.0 + pick[:, 0].sum() / max(pick[:, 1].sum(), 1))
     return Prediction(
         output_tok_s_per_gpu=float(tput),
         tpot_ms_median=float(np.median(tpot)) if len(tpot) else None,
-        acceptance_length=1.0 + float(acc.mean()) if len(acc) else None,
+        acceptance_length=1.0 + acc[:, 0].sum() / acc[:, 1].sum() if acc[:, 1].sum() else None,
         verified_drafts_per_step=float(r.steps["verified_pred"].mean()),
         ci95={m: _half_width(v) for m, v in boots.items()},
     )

@@ -125,7 +125,13 @@ def cell_events(
         captured = read_captured(store.root / capture_dir, ids)
     from_drafts = _events_from_drafts(captured, k)
     from_lists = _events_from_requests(steps, [r for r in records if not r.warmup])
-    covered = set(from_drafts["request_id"])
+    # The capture's exact steps where it saw every verify step the server counted for the
+    # request; else (a request not sampled, a verdict the capture missed) the server's list.
+    server_count = from_lists.groupby("request_id").size()
+    capture_count = from_drafts.groupby("request_id").size()
+    complete = capture_count[capture_count.eq(server_count.reindex(capture_count.index))]
+    covered = set(complete.index) if len(server_count) else set(capture_count.index)
+    from_drafts = from_drafts[from_drafts["request_id"].isin(covered)]
     rest = from_lists[~from_lists["request_id"].isin(covered)].assign(f=None)
     events = pd.concat([from_drafts, rest], ignore_index=True) if len(rest) else from_drafts
     if events.empty:

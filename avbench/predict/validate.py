@@ -53,17 +53,24 @@ def _spread(v: pd.Series, relative: bool) -> float | None:
 
 def _load(row) -> str:
     c = row["concurrency"]
-    return f"c={int(c)}" if pd.notna(c) else f"r={row['rate']:g}/s"
+    return f"c={int(c)}" if c >= 0 else f"r={row['rate']:g}/s"
+
+
+def _keyed(df: pd.DataFrame) -> pd.DataFrame:
+    """Every key and metric column present; loads as numbers with -1 for "none" (NaN keys
+    would never match)."""
+    df = df.reindex(columns=sorted(set(df) | set(_KEYS) | set(METRICS)))
+    return df.assign(
+        concurrency=pd.to_numeric(df["concurrency"], errors="coerce").fillna(-1.0),
+        rate=pd.to_numeric(df["rate"], errors="coerce").fillna(-1.0),
+    )
 
 
 def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[Compared]:
     """Every metric of every cell group measured and predicted alike."""
     if measured.empty or predicted.empty:
         return []
-    for df in (measured, predicted):
-        for col in (*_KEYS, *METRICS):
-            if col not in df:
-                df[col] = np.nan
+    measured, predicted = _keyed(measured), _keyed(predicted)
     out = []
     m_groups = {k: g for k, g in measured.groupby(_KEYS, dropna=False, sort=False)}
     for key, p in predicted.groupby(_KEYS, dropna=False, sort=False):

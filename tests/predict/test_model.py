@@ -9,7 +9,14 @@ import pytest
 
 from avbench.estimator.online import sigmoid
 from avbench.predict.curves import CostTables
-from avbench.predict.model import AvState, CellReplay, Policy, predict_cell, step_times
+from avbench.predict.model import (
+    AvState,
+    CellReplay,
+    Policy,
+    position_labels,
+    predict_cell,
+    step_times,
+)
 from avbench.predict.vllm_av import AV_MODULE, DecisionCode, assign_budget, build_cost_tables
 
 K = 3
@@ -48,22 +55,31 @@ def _cell(accepted: list[list[int]], f: list[list[list[float]]] | None = None) -
     return CellReplay(K, step_times(steps), pd.DataFrame(rows), {f"r{r}": 4.0 for r in range(n)}, 100.0)
 
 
-def test_static_replay_keeps_the_prefix_and_reprices_the_steps():
-    # 2 requests, 4 steps; each step: 10 ms forward (+1 ms per forward token), no draft cost.
+def test_position_labels_lay_verify_events_on_output_positions():
+    # accepted 3 of 3 (then the bonus: never drafted), 1 of 3 (then a rejection), 0 of 3.
+    lab = position_labels(np.array([3, 1, 0]), np.array([3, 3, 3]))
+    assert lab.tolist() == [1, 1, 1, -1, 1, 0, 0]
+
+
+def test_static_replay_walks_the_positions_and_reprices_the_steps():
+    # 2 requests, 4 steps at K = 3; each step 10 ms of work, back to back (no idle time).
     cell = _cell([[3, 0], [1, 2], [0, 0], [3, 3]])
-    tables = _tables(verify_slope=1.0)
+    tables = _tables(verify_slope=1.0)  # verify: 10 ms + 1 ms per forward token
     pred, rep = predict_cell(cell, tables, Policy("static", 1))
-    # Accepted at K=1: min(a, 1) -> 1,0 / 1,1 / 0,0 / 1,1: 5 of 8 verify events.
-    assert pred.acceptance_length == pytest.approx(1 + 5 / 8)
+    # Positions (1 accepted, 0 rejected, - the bonus after a full step):
+    #   r0: 1 1 1 - 1 0 0 1 1 1 -    r1: 0 1 1 0 0 1 1 1 -
+    # At K' = 1 each step accepts the label where it starts, then emits the target's token:
+    #   r0 steps at 0, 2, 4, 6, 7, 9 (5 accepted), r1 at 0, 1, 3, 4, 5, 7 (3 accepted).
+    assert rep.requests.set_index("request_id")[["draft_steps", "accepted"]].to_dict("index") == {
+        "r0": {"draft_steps": 6, "accepted": 5}, "r1": {"draft_steps": 6, "accepted": 3}
+    }  # fmt: skip
+    assert pred.acceptance_length == pytest.approx(1 + 8 / 12)
+    # One draft per request per step: forward tokens 8 -> 4, 4 ms less per step.
     assert pred.verified_drafts_per_step == 2.0
-    # Forward tokens fall from 8 to 4 per step: each step costs 4 ms less (verify curve).
     assert (rep.steps["work_pred_ms"] - rep.steps["work_ms"]).tolist() == pytest.approx([-4.0] * 4)
-    # Tokens per step (one per request + accepted), K=3 -> K=1: 5 -> 3, 5 -> 4, 2 -> 2, 8 -> 4.
-    # Time to produce the cell's tokens: sum(work' * tok / tok') / sum(work), each measured
-    # step 10 ms of work (back to back: no idle time), each predicted one 6 ms.
-    tok, tok1 = np.array([5, 5, 2, 8]), np.array([3, 4, 2, 4])
-    ratio = float((6.0 * tok / tok1).sum() / (10.0 * 4))
-    assert pred.output_tok_s_per_gpu == pytest.approx(100.0 / ratio)
+    # Tokens per step: measured 5, 5, 2, 8; predicted 11/6 + 9/6 = 10/3 in each. The cell's
+    # time: sum(6 ms * tok / tok') = 6 * 20 / (10/3) = 36 ms against 40 ms measured.
+    assert pred.output_tok_s_per_gpu == pytest.approx(100.0 * 40 / 36)
 
 
 def test_schedule_uses_the_k_of_the_batch_that_drafted():
@@ -71,9 +87,11 @@ def test_schedule_uses_the_k_of_the_batch_that_drafted():
     sizes = [1, 2, 2]  # the batch grows from 1 to 2 requests after the first step
     cell = CellReplay(K, cell.steps.assign(n_reqs=sizes), cell.events, cell.tpot_ms, 100.0)
     _, rep = predict_cell(cell, _tables(), Policy("schedule", schedule=[(1, 1, 3), (2, 8, 1)]))
-    # Step 1 verifies what its own batch drafted (no earlier step): K 3; step 2 what batch
-    # size 1 drafted: K 3; step 3 what batch size 2 drafted: K 1.
-    assert rep.events.groupby("step")["accepted_pred"].sum().tolist() == [6, 6, 2]
+    # Positions 0-3 and 4-7 were covered by steps 1 and 2, drafted by a batch of 1 (K 3);
+    # positions 8-11 by step 3, drafted by a batch of 2 (K 1). Each request: a step accepting
+    # 3 at 0, another at 4, then 1 at 8 and 1 at 10: 4 steps, 8 accepted.
+    by = rep.requests.set_index("request_id")
+    assert by["draft_steps"].tolist() == [4, 4] and by["accepted"].tolist() == [8, 8]
 
 
 def _features(rng, steps: int, n: int) -> list:
