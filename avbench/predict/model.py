@@ -42,14 +42,20 @@ class CellReplay:
     ``steps``: one row per engine step in order (``step``, ``n_reqs``, ``tokens``, ``drafts``,
     ``work_ms``, ``idle_ms``). ``events``: one row per (request, step) that verified drafts
     (``request_id``, ``step``, ``accepted``, ``scheduled``; for AV also ``f``, the K features).
-    ``tpot_ms``: each successful measured request's measured TPOT. ``measured``: the cell's
-    measured ``output_tok_s_per_gpu``."""
+    ``tpot_ms``: each successful measured request's measured TPOT. ``measured_tput``: the
+    cell's measured ``output_tok_s_per_gpu``. Without ``steps`` (a server without the plugin:
+    the server's per-request lists alone) only acceptance is predicted."""
 
     k: int
-    steps: pd.DataFrame
+    steps: pd.DataFrame  # empty when no step timings were captured: acceptance alone
     events: pd.DataFrame
     tpot_ms: dict[str, float]
     measured_tput: float
+    batch: int = 1  # the cell's concurrency: the batch size where no step says it
+
+    @property
+    def timed(self) -> bool:
+        return not self.steps.empty
 
 
 @dataclass(frozen=True)
@@ -92,10 +98,12 @@ class Replayed:
 
 @dataclass(frozen=True)
 class Prediction:
-    output_tok_s_per_gpu: float
+    """Predicted cell metrics (None: not predictable from what was captured)."""
+
+    output_tok_s_per_gpu: float | None
     tpot_ms_median: float | None
     acceptance_length: float | None
-    verified_drafts_per_step: float
+    verified_drafts_per_step: float | None
     ci95: dict[str, float | None]  # half-width of the bootstrap 95% interval per metric
 
     @property
@@ -183,10 +191,11 @@ def replay_fixed(cell: CellReplay, tables: CostTables, policy: Policy, walks: in
     min(K', the run of accepted labels from where it starts). The per-event columns then carry
     each request's predicted tokens and drafts per step over its measured steps."""
     steps = cell.steps
-    n = steps["n_reqs"].to_numpy(int)
-    n_prev = dict(zip(steps["step"], np.concatenate((n[:1], n[:-1])), strict=True))
+    n = steps["n_reqs"].to_numpy(int) if cell.timed else np.zeros(0, int)
+    n_prev = dict(zip(steps.get("step", []), np.concatenate((n[:1], n[:-1])), strict=True))
     kd = np.array([policy.k_for(int(x)) for x in n])
-    if max(kd.max(initial=0), max(policy.k_for(int(x)) for x in n_prev.values())) > cell.k:
+    ks = [policy.k_for(int(x)) for x in [*n_prev.values(), cell.batch]]
+    if max(kd.max(initial=0), max(ks)) > cell.k:
         raise ValueError(f"a K above the captured arm's K {cell.k} cannot be replayed")
     ev = cell.events.sort_values(["request_id", "step"], kind="stable")
     groups = list(ev.groupby("request_id", sort=False))
@@ -195,7 +204,7 @@ def replay_fixed(cell: CellReplay, tables: CostTables, policy: Policy, walks: in
     parts, per_request = [], []
     for (rid, g), lab in zip(groups, labels, strict=True):
         spans = g["accepted"].to_numpy(int) + 1
-        k_at = np.repeat([policy.k_for(int(n_prev[s])) for s in g["step"]], spans)
+        k_at = np.repeat([policy.k_for(int(n_prev.get(s, cell.batch))) for s in g["step"]], spans)
         runs = np.array([_walk(lab, k_at, rho, rng) for _ in range(walks)], dtype=float).mean(0)
         n_steps, acc, drafted, drafting = runs
         per_request.append((rid, drafting, acc))
@@ -212,6 +221,8 @@ def replay_fixed(cell: CellReplay, tables: CostTables, policy: Policy, walks: in
         ]
     )
     requests = pd.DataFrame(per_request, columns=["request_id", "draft_steps", "accepted"])
+    if not cell.timed:
+        return Replayed(steps, events, requests)
     return _finish(cell, tables, events, delta, requests)
 
 
@@ -339,25 +350,30 @@ def summarize(cell: CellReplay, r: Replayed, seed: int = 0) -> Prediction:
     """Predicted cell metrics, each with a bootstrap interval (steps for throughput, requests
     for TPOT and acceptance)."""
     rng = np.random.default_rng(seed)
-    ratios = _request_ratios(r)
-    tpot = np.array([cell.tpot_ms[q] * ratios[q] for q in ratios.index if q in cell.tpot_ms])
+    tpot = np.zeros(0)
+    if cell.timed:
+        ratios = _request_ratios(r)
+        tpot = np.array([cell.tpot_ms[q] * ratios[q] for q in ratios.index if q in cell.tpot_ms])
     # What spec_decode_num_drafts counts: steps that drafted, request by request.
     acc = r.requests[["accepted", "draft_steps"]].to_numpy(float)
-    tput = cell.measured_tput / _time_ratio(r.steps)
+    tput = cell.measured_tput / _time_ratio(r.steps) if cell.timed else None
     boots: dict[str, list[float]] = {"output_tok_s_per_gpu": [], "tpot_ms_median": [], "acceptance_length": []}  # fmt: skip
     for _ in range(_BOOTSTRAP):
-        idx = rng.integers(0, len(r.steps), len(r.steps))
-        boots["output_tok_s_per_gpu"].append(cell.measured_tput / _time_ratio(r.steps.iloc[idx]))
+        if cell.timed:
+            idx = rng.integers(0, len(r.steps), len(r.steps))
+            boots["output_tok_s_per_gpu"].append(
+                cell.measured_tput / _time_ratio(r.steps.iloc[idx])
+            )
         if len(tpot):
             boots["tpot_ms_median"].append(float(np.median(rng.choice(tpot, len(tpot)))))
         if len(acc):
             pick = acc[rng.integers(0, len(acc), len(acc))]
             boots["acceptance_length"].append(1.0 + pick[:, 0].sum() / max(pick[:, 1].sum(), 1))
     return Prediction(
-        output_tok_s_per_gpu=float(tput),
+        output_tok_s_per_gpu=tput,
         tpot_ms_median=float(np.median(tpot)) if len(tpot) else None,
         acceptance_length=1.0 + acc[:, 0].sum() / acc[:, 1].sum() if acc[:, 1].sum() else None,
-        verified_drafts_per_step=float(r.steps["verified_pred"].mean()),
+        verified_drafts_per_step=float(r.steps["verified_pred"].mean()) if cell.timed else None,
         ci95={m: _half_width(v) for m, v in boots.items()},
     )
 
@@ -374,8 +390,8 @@ def predict_cell(
 ) -> tuple[Prediction, Replayed]:
     """One predicted cell: replay, then summarize."""
     if policy.kind == "av":
-        if av is None or code is None:
-            raise ValueError("an AV replay needs the server's AV state and vLLM's decision code")
+        if av is None or code is None or not cell.timed:
+            raise ValueError("an AV replay needs step timings, the server's AV state and code")
         replayed = replay_av(cell, tables, av, code)
     else:
         replayed = replay_fixed(cell, tables, policy)

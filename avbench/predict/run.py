@@ -64,23 +64,33 @@ class PredictResult:
 
 
 def _source_arm(store: RunStore, wanted: str | None) -> str:
+    """The arm to replay: the largest static K with step timings, else with the server's
+    per-request acceptance (which predicts acceptance alone)."""
     cells = store.finished_cells().values()
     static = sorted({(int(r["k"]), r["arm"]) for r in cells if r.get("arm_kind") == "static"})
     if wanted is not None:
         if wanted not in {r.get("arm") for r in cells}:
             raise MissingCapture(f"{store.root}: --from {wanted}: no measured cell of that arm")
         return wanted
-    timed = [a for _, a in static if any(r.get("capture_steps") for r in arm_rows(store, a))]
-    if not timed:
-        what = "no static-K arm was measured" if not static else "no step timings were captured"
-        raise MissingCapture(
-            f"{store.root}: nothing to predict from: {what} (sweep with --capture steps,drafts; "
-            "see docs/predict.md)"
-        )
-    return timed[-1]
+    for column in ("capture_steps", "req_spec_steps"):
+        found = [a for _, a in static if any(r.get(column) for r in arm_rows(store, a))]
+        if found:
+            return found[-1]
+    what = (
+        "no static-K arm was measured"
+        if not static
+        else "no step timings or per-request spec-decode metrics were captured"
+    )
+    raise MissingCapture(
+        f"{store.root}: nothing to predict from: {what} (sweep with --capture steps,drafts; "
+        "see docs/predict.md)"
+    )
 
 
-def _tables(store: RunStore, sources: list[SourceCell], code: DecisionCode) -> CostTables:
+def _tables(store: RunStore, sources: list[SourceCell], code: DecisionCode) -> CostTables | None:
+    """Cost tables from the source's and the baseline's steps; None when none were timed."""
+    if not any(s.replay.timed for s in sources):
+        return None
     rows = [s.row for s in sources] + arm_rows(store, "baseline")
     return fit_cost_tables(curve_steps(store, rows), sources[0].replay.k, code.build_cost_tables)
 
@@ -99,7 +109,9 @@ def _row(source: SourceCell, arm: Arm, pred: Prediction, spec: dict | None, code
         "predicted_from": src["cell_id"],
         "predictor": f"{PREDICTOR}; decision code: {code}",
         "output_tok_s_per_gpu": pred.output_tok_s_per_gpu,
-        "output_tok_s": pred.output_tok_s_per_gpu * int(src.get("gpus") or 1),
+        "output_tok_s": None
+        if pred.output_tok_s_per_gpu is None
+        else pred.output_tok_s_per_gpu * int(src.get("gpus") or 1),
         "tpot_ms_median": pred.tpot_ms_median,
         "interactivity_tok_s_user": pred.interactivity_tok_s_user,
         "acceptance_length": pred.acceptance_length,
@@ -113,6 +125,8 @@ def _spec_config(manifest: dict, arm: Arm, schedule: Schedule | None) -> dict | 
     from avbench.server import speculative_config
     from avbench.suite import Pair, Sweep
 
+    if "pair" not in manifest or "sweep" not in manifest:
+        raise AvbenchError(f"run {manifest.get('run_id')}: its manifest names no pair and sweep")
     sweep = manifest["sweep"]
     if arm.kind == "dyn":
         sweep = sweep | {"arms": [*sweep.get("arms", []), "dyn"], "schedule": schedule}
@@ -137,7 +151,7 @@ class _Context:
     store: RunStore
     manifest: dict
     sources: list[SourceCell]
-    tables: CostTables
+    tables: CostTables | None  # None: no step timings (acceptance alone)
     code: DecisionCode
 
     def spec(self, arm: Arm, schedule: Schedule | None) -> dict | None:
@@ -170,9 +184,12 @@ def _targets(req: PredictRequest, k: int) -> list[str]:
 def predict_run(req: PredictRequest) -> PredictResult:
     store = RunStore.open(req.run_dir)
     source = _source_arm(store, req.source)
-    av_wanted = any(t == "av" or t.startswith("av-") for t in req.targets)
     rows = arm_rows(store, source)
-    sources = [source_cell(store, r, av=av_wanted) for r in rows]
+    # AV scores the drafter's features: it needs the drafts capture as well as the steps.
+    av = any(t == "av" or t.startswith("av-") for t in req.targets) and all(
+        r.get("capture_steps") and "drafts" in (r.get("capture") or []) for r in rows
+    )
+    sources = [source_cell(store, r, av=av) for r in rows]
     code = decision_code(req.prefer_vllm)
     ctx = _Context(store, store.read_manifest(), sources, _tables(store, sources, code), code)
     k = sources[0].replay.k
@@ -189,8 +206,18 @@ def predict_run(req: PredictRequest) -> PredictResult:
         elif target == "av":
             arm, policy = Arm("av", k), Policy("av", k)
         else:
-            arm = Arm.parse(target)
+            try:
+                arm = Arm.parse(target)
+            except ValueError as exc:
+                raise AvbenchError(f"--arms: {exc}") from None
+            if arm.kind not in ("static", "av"):
+                raise AvbenchError(
+                    f"--arms {target}: expected static-k<K>, av-k<K>, static, dyn or av"
+                )
             policy = Policy("av", arm.k) if arm.kind == "av" else Policy("static", arm.k)
+        if arm.kind == "av" and not av:
+            result.skipped.append(f"{arm.name}: AV needs step timings and drafts (capture both)")
+            continue
         if arm.k > k or (arm.kind == "av" and arm.k != k):
             result.skipped.append(f"{arm.name}: above or unlike the source's K {k}")
             continue

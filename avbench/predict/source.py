@@ -58,8 +58,11 @@ def _tpot_ms(records: list[RequestRecord]) -> dict[str, float]:
     return out
 
 
-def _events_from_requests(steps: pd.DataFrame, records: list[RequestRecord]) -> pd.DataFrame:
-    """Verify events from the server's per-request lists, placed on the request's steps."""
+def _events_from_requests(
+    steps: pd.DataFrame, records: list[RequestRecord], first: int | None = None
+) -> pd.DataFrame:
+    """Verify events from the server's per-request lists, placed on the request's steps
+    (``first``: numbered from it instead, where no steps were captured)."""
     where: dict[str, list[int]] = {}
     for s, ids in zip(steps["step"], steps["request_ids"], strict=True):
         for rid in ids:
@@ -68,6 +71,8 @@ def _events_from_requests(steps: pd.DataFrame, records: list[RequestRecord]) -> 
     for r in records:
         acc, drafted = r.spec_per_step_accepted, r.spec_per_step_drafted
         mine = where.get(r.response_id or "", [])[1:]  # its first step is the prefill
+        if first is not None:
+            mine = list(range(first, first + len(acc)))
         n = min(len(acc), len(mine))
         for s, a, d in zip(mine[len(mine) - n :], acc[len(acc) - n :], drafted[len(drafted) - n :], strict=True):  # fmt: skip
             rows.append((r.response_id, s, int(a), int(d)))
@@ -143,23 +148,33 @@ def cell_events(
 
 
 def source_cell(store: RunStore, row: dict, av: bool = False) -> SourceCell:
-    """Everything the predictor reads of one measured speculative cell."""
-    steps = read_cell_steps(store, row["cell_id"])
-    if steps is None or steps.empty:
+    """Everything the predictor reads of one measured speculative cell. Without step timings
+    (a server without the plugin) the server's per-request lists still give acceptance."""
+    cell_id = row["cell_id"]
+    steps = read_cell_steps(store, cell_id)
+    records = store.read_records(cell_id) if store.requests_path(cell_id).exists() else []
+    untimed = steps is None or steps.empty
+    if untimed and (av or not any(r.spec_per_step_accepted for r in records)):
         raise MissingCapture(
-            f"{row['cell_id']}: no step timings (steps/{row['cell_id']}.steps.parquet; sweep "
-            "with --capture steps,drafts)"
+            f"{cell_id}: no step timings (steps/{cell_id}.steps.parquet"
+            + ("" if av else " or per-request spec-decode metrics in its records")
+            + "; sweep with --capture steps,drafts)"
         )
-    records = store.read_records(row["cell_id"])
-    steps = step_times(steps.sort_values("step", ignore_index=True))
+    if untimed:
+        steps = pd.DataFrame(columns=["step", "request_ids"])
+        events = _events_from_requests(steps, [r for r in records if not r.warmup], first=0)
+    else:
+        steps = step_times(steps.sort_values("step", ignore_index=True))
+        events = cell_events(store, row, steps, records, av)
     replay = CellReplay(
         k=int(row["k"]),
         steps=steps,
-        events=cell_events(store, row, steps, records, av),
+        events=events,
         tpot_ms=_tpot_ms(records),
         measured_tput=float(row["output_tok_s_per_gpu"]),
+        batch=int(row.get("concurrency") or 1),
     )
-    return SourceCell(row, replay, str(steps["writer"].iloc[0]))
+    return SourceCell(row, replay, "" if untimed else str(steps["writer"].iloc[0]))
 
 
 def curve_steps(store: RunStore, rows: list[dict]) -> pd.DataFrame:
