@@ -46,17 +46,21 @@ class RunSet:
     predicted: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def with_predictions(self) -> pd.DataFrame:
-        """Measured cells, plus predicted ones where no cell of that arm, workload, load and
-        repeat was measured (a measurement always wins; ``predicted`` marks the others)."""
+        """Measured cells, plus predicted ones where no repeat of that arm, workload and load
+        was measured (a point is measured or predicted, never a mix; ``predicted`` marks)."""
         if self.predicted.empty:
             return self.cells
-        keys = ["run_id", "arm", "workload", "concurrency", "rate", "repeat"]
-        have = set()
-        if not self.cells.empty:
-            have = set(self.cells.reindex(columns=keys).itertuples(index=False, name=None))
-        pred = self.predicted.reindex(columns=sorted(set(self.predicted) | set(keys)))
-        gaps = [t not in have for t in pred[keys].itertuples(index=False, name=None)]
-        return pd.concat([self.cells, pred[gaps]], ignore_index=True)
+        keys = ["run_id", "arm", "workload", "concurrency", "rate"]
+
+        def key(df: pd.DataFrame) -> pd.Series:  # NaN never compares equal: -1 for no load
+            k = df.reindex(columns=keys)
+            for c in ("concurrency", "rate"):
+                k[c] = pd.to_numeric(k[c], errors="coerce").fillna(-1.0)
+            return k.astype(str).agg("|".join, axis=1)
+
+        have = set(key(self.cells)) if not self.cells.empty else set()
+        gaps = ~key(self.predicted).isin(have)
+        return pd.concat([self.cells, self.predicted[gaps.to_numpy()]], ignore_index=True)
 
     def unresolved_failures(self) -> list[dict]:
         """Failed cells no later attempt (--resume) finished, unsupported arms left out."""
