@@ -190,7 +190,8 @@ def predict_run(req: PredictRequest) -> PredictResult:
         r.get("capture_steps") and "drafts" in (r.get("capture") or []) for r in rows
     )
     sources = [source_cell(store, r, av=av) for r in rows]
-    code = decision_code(req.prefer_vllm)
+    # vLLM's code only matters for cost tables and AV: without step timings, skip its import.
+    code = decision_code(req.prefer_vllm and any(s.replay.timed for s in sources))
     ctx = _Context(store, store.read_manifest(), sources, _tables(store, sources, code), code)
     k = sources[0].replay.k
     result = PredictResult(source, decision_code=code.source)
