@@ -10,7 +10,10 @@ server's environment (see ``avbench.vllm_plugin``). After each cell:
   pair, workload_id the cell's workload;
 - refits: the estimator lives as long as the server, across cells, so each cell row records the
   refits that happened during the cell (warmup included: the estimator learns from it too) and
-  the coefficients in force at its start and at its end.
+  the coefficients in force at its start and at its end;
+- steps (every arm, the baseline too): the engine steps that served one of the cell's measured
+  requests become ``<run>/steps/<cell_id>.steps.parquet``, one row per step with its timings
+  and the client ids of the requests in its batch (what ``avbench predict`` reads).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import pandas as pd
 
 from avbench.errors import AvbenchError
 
-CAPTURE_KINDS = ("drafts", "refits")
+CAPTURE_KINDS = ("drafts", "refits", "steps")
+STEPS_SUFFIX = ".steps.parquet"
 COLD_SLOPE, COLD_INTERCEPT = 0.5, -0.2  # vLLM's cold start (acceptance_estimator.py)
 
 
@@ -180,7 +184,10 @@ def arm_capture(store, opts, arm) -> ArmCapture | None:
     it was started with, if given, with every capture kind unless the suite names some."""
     settings = settings_for(opts.pair, opts.sweep)
     if arm.kind == "baseline":
-        return None
+        # Only step timings mean something without a drafter (the verify cost of few tokens).
+        if settings is None or "steps" not in settings.kinds:
+            return None
+        settings = CaptureSettings(("steps",), settings.draft_fraction)
     if opts.endpoint:
         if opts.capture_dir is None:
             return None
@@ -224,7 +231,8 @@ def file_cell(
             else ac.directory
         ),
     }
-    row["capture_flushed"] = wait_flushed(ac.directory, t_end, ac.server_started)
+    if set(ac.settings.kinds) - {"steps"}:  # the drafts writer's flush (steps: their own)
+        row["capture_flushed"] = wait_flushed(ac.directory, t_end, ac.server_started)
     status = [s for s in read_status(ac.directory) if s.get("time", 0) >= ac.server_started]
     row["capture_errors"] = sum(sum(s.get("errors", {}).values()) for s in status)
     row["capture_inert"] = sorted({w for s in status for w in s.get("inert", [])}) or None
@@ -246,12 +254,87 @@ def file_cell(
             write_drafts(labeled, drafts_path(run_dir, cell_id))
         row["capture_draft_rows"] = 0 if labeled is None else len(labeled)
         row["capture_requests"] = int(captured["request_id"].nunique())
+    if "steps" in ac.settings.kinds:
+        row |= _file_steps(run_dir, cell_id, ac, t_end, response_ids)
     if "refits" in ac.settings.kinds:
         from avbench.vllm_plugin.refits import read_refits
 
         refits = read_refits(ac.directory)
         row |= refit_summary(refits, ac.server_started, cell_started, t_end, ac.k)
     return row
+
+
+# ----------------------------------------------------------------------------- steps
+def steps_path(run_dir: Path, cell_id: str) -> Path:
+    return run_dir / "steps" / f"{cell_id}{STEPS_SUFFIX}"
+
+
+def wait_steps_flushed(directory: Path, t_end: float, since: float, timeout_s: float = 10.0) -> bool:
+    """Wait until every live step writer (its ``steps.*.flushed`` rewritten since the server
+    started, four times a second) has written the steps that began before ``t_end``."""
+    from avbench.vllm_plugin.steps import FLUSHED_GLOB
+
+    start = time.monotonic()
+    while True:
+        values = []
+        for p in directory.glob(FLUSHED_GLOB):
+            try:
+                if p.stat().st_mtime >= max(since, t_end - 5.0):
+                    values.append(float(p.read_text()))
+            except (OSError, ValueError):
+                continue
+        waited = time.monotonic() - start
+        done = all(v >= t_end for v in values) and (values or waited > 1.0)  # a writer may start
+        if done or waited >= timeout_s:
+            return bool(done)
+        time.sleep(0.1)
+
+
+def read_steps(directory: Path) -> pd.DataFrame:
+    """Every step line of a capture directory, with ``request_ids`` (client ids) in place of
+    the request codes. A torn last line (a process killed mid-write) is skipped."""
+    from avbench.vllm_plugin.runtime import json_lines
+    from avbench.vllm_plugin.steps import STEPS_GLOB
+
+    steps, names = [], {}
+    for path in sorted(directory.glob(STEPS_GLOB)):
+        try:
+            rows = list(json_lines(path))
+        except ValueError as exc:
+            where, why = exc.args
+            raise AvbenchError(f"{where}: not a step line ({why})") from None
+        for _, row in rows:
+            if row.get("kind") == "request":
+                names[(path.name, row["code"])] = row["request_id"]
+            else:
+                steps.append(row | {"writer": path.name})
+    for row in steps:
+        row["request_ids"] = [names.get((row["writer"], c), "") for c in row.pop("reqs")]
+    return pd.DataFrame(steps)
+
+
+def _file_steps(run_dir: Path, cell_id: str, ac: ArmCapture, t_end: float, ids) -> dict:
+    """The steps that served the cell's measured requests, per server process in order."""
+    flushed = wait_steps_flushed(ac.directory, t_end, ac.server_started)
+    steps = read_steps(ac.directory)
+    out: dict = {"capture_steps": 0, "capture_steps_flushed": flushed}
+    if steps.empty:
+        return out
+    steps = steps[steps["time"] >= ac.server_started]
+    wanted = set(ids)
+    mine = steps[[bool(wanted.intersection(r)) for r in steps["request_ids"]]]
+    if mine.empty:
+        return out
+    path = steps_path(run_dir, cell_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    mine.sort_values(["writer", "step"]).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return out | {
+        "capture_steps": len(mine),
+        "step_timing": str(mine["timing"].iloc[0]),
+        "verified_drafts_per_step": float(mine["verified"].mean()),
+    }
 
 
 # ----------------------------------------------------------------------------- report

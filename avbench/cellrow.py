@@ -96,6 +96,18 @@ COLUMNS: tuple[Column, ...] = (
     Column("intercepts_start", list | None, "", "per-position intercepts in force when the cell started."),
     Column("slope_end", Number, "", "estimator slope in force when the cell ended."),
     Column("intercepts_end", list | None, "", "per-position intercepts in force when the cell ended."),
+    Column("capture_steps", int | None, "steps", "engine steps captured for the cell (steps/<cell>.steps.parquet: every step that served one of its measured requests)."),
+    Column("capture_steps_flushed", bool | None, "", "every step writer of the server had written its steps when the cell's were read."),
+    Column("step_timing", Text, "", "how step times were taken: host-wall (synchronous CPU execution, perf_counter around the calls) or cuda-events (GPU events, read once complete)."),
+    # -- predicted cells (predicted.jsonl, avbench predict; never in cells.jsonl)
+    Column("predicted", bool | None, "", "the row is a prediction by avbench predict, not a measurement."),
+    Column("predicted_from_run", Text, "id", "the run whose measured cell the prediction replays."),
+    Column("predicted_from", Text, "id", "the measured cell the prediction replays (its arm is the source arm)."),
+    Column("predictor", Text, "", "the predictor's name and version, and which AV decision code it ran (vLLM's, imported, or avbench's transcription)."),
+    Column("verified_drafts_per_step", Number, "tokens/step", "draft tokens the target verified per engine step (after AV's trim), mean over the cell's captured steps (predicted rows: as predicted)."),
+    Column("output_tok_s_per_gpu_ci95", Number, "tok/s", "predicted: half-width of the 95% bootstrap interval of output_tok_s_per_gpu (resampling steps)."),
+    Column("tpot_ms_median_ci95", Number, "ms", "predicted: half-width of the 95% bootstrap interval of tpot_ms_median (resampling requests)."),
+    Column("acceptance_length_ci95", Number, "tokens/step", "predicted: half-width of the 95% bootstrap interval of acceptance_length (resampling verify events)."),
 )
 # fmt: on
 

@@ -35,6 +35,12 @@ class RequestRecord:
     output_text: str = ""
     # Generated token ids, in order (vLLM's ``return_token_ids``); empty when the server sent none.
     output_token_ids: list[int] = field(default_factory=list)
+    # vLLM's --per-request-spec-decode-metrics detailed, from the final usage chunk: accepted
+    # and proposed drafts per verify step, in order, and the count of steps that accepted j
+    # drafts (j = 0..K). Empty when the server sent none.
+    spec_per_step_accepted: list[int] = field(default_factory=list)
+    spec_per_step_drafted: list[int] = field(default_factory=list)
+    spec_acceptance_histogram: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -34,6 +34,7 @@ from avbench.suite import Pair, Sweep
 # `-m vllm.entrypoints.openai.api_server` is deprecated ("may be removed") and the `vllm` console
 # script cannot start the CPU build (it asks for the version of a package named vllm).
 VLLM_MODULE = "vllm.entrypoints.launchers.api_server.entry"
+PER_REQUEST_SPEC_FLAG = "--per-request-spec-decode-metrics"
 REDACTED = "***"
 EAGER_FLAG = "--enforce-eager"
 
@@ -231,6 +232,9 @@ def build_command(
     spec = speculative_config(pair, arm, sweep)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec, sort_keys=True)]
+        # Each response's final usage chunk then carries its accepted drafts per verify step
+        # (vLLM >= 0.32): the accepted prefixes `avbench predict` replays.
+        cmd += [PER_REQUEST_SPEC_FLAG, "detailed"]
     return cmd
 
 

@@ -244,6 +244,9 @@ _RECORD_SCHEMA = pa.schema(
         ("prompt_messages", pa.string()),
         ("output_text", pa.string()),
         ("output_token_ids", pa.list_(pa.int64())),
+        ("spec_per_step_accepted", pa.list_(pa.int32())),
+        ("spec_per_step_drafted", pa.list_(pa.int32())),
+        ("spec_acceptance_histogram", pa.list_(pa.int64())),
     ]
 )
 

@@ -55,7 +55,7 @@ class Pair(BaseModel):
     default_sweep: str = "default"
     ready_timeout_s: float = Field(900.0, gt=0)
     # Live captures by the avbench vLLM plugin; None: the sweep's settings (avbench/capture.py).
-    capture: list[Literal["drafts", "refits"]] | None = None
+    capture: list[Literal["drafts", "refits", "steps"]] | None = None
     draft_fraction: float | None = Field(None, gt=0, le=1)
 
     @property
@@ -114,8 +114,9 @@ class Sweep(BaseModel):
     # Pairs this sweep is run for by CI (the nightly workflow's matrix reads them).
     pairs: list[str] = []
     # Live captures on every speculative arm (avbench vLLM plugin): labeled drafts of a
-    # draft_fraction of the requests, and the online estimator's refits.
-    capture: list[Literal["drafts", "refits"]] = []
+    # draft_fraction of the requests, the online estimator's refits, and (every arm, the
+    # baseline too) step timings.
+    capture: list[Literal["drafts", "refits", "steps"]] = []
     draft_fraction: float = Field(1.0, gt=0, le=1)
     # A cell with a larger share of failed measured requests is a failed cell, not a result.
     max_failed_share: float = Field(0.1, ge=0, lt=1)

@@ -2,8 +2,8 @@
 # The nightly job for one pair, exactly as CI runs it: `make nightly PAIR=<id>` (the workflow
 # .github/workflows/nightly-gpu.yml calls that make target, so the two cannot drift).
 #
-#   doctor -> sweep (pre-flight first) -> report -> GPU estimator check -> compare with the
-#   previous night -> summary
+#   doctor -> sweep (pre-flight first) -> predict AV from its OFF twin -> report -> GPU
+#   estimator check -> compare with the previous night -> summary
 #
 # Environment:
 #   PAIR       pair id (required)
@@ -52,12 +52,19 @@ if [ ! -f "$run/manifest.json" ]; then
   exit "$sweep_rc"
 fi
 
+# AV predicted from its OFF twin (avbench predict); against the measured AV arm, the error
+# per cell lands in $run/predicted_vs_measured.jsonl: each night calibrates the predictor.
+"$AVBENCH" predict "$run" --arms av --markdown "$run/prediction.md" ||
+  echo "nightly: no AV prediction for $run" >&2
+
 rc=0
 "$AVBENCH" report "$run" || rc=$?
 {
   echo "# avbench nightly: $PAIR (sweep $SWEEP, exit $sweep_rc)"
   echo
   [ -f "$run/report.md" ] && cat "$run/report.md"
+  echo
+  [ -f "$run/prediction.md" ] && cat "$run/prediction.md"
   echo
 } >>"$summary"
 

@@ -148,15 +148,17 @@ _ASSETS = re.compile(r"[^\s\"']*/avbench/assets/")
 # A folder of a repository's snapshot in a Hugging Face cache (a sub-folder drafter): written
 # as repo@revision, so a cache elsewhere is the same setting and another revision is not.
 _SNAPSHOT = re.compile(r"[^\s\"']*/models--([^/\s\"']+?)--([^/\s\"']+)/snapshots/([0-9a-f]+)/")
-_DROP_WITH_VALUE = {"--host", "--port"}
+# --per-request-spec-decode-metrics only adds to the response, not to what is served.
+_DROP_WITH_VALUE = {"--host", "--port", "--per-request-spec-decode-metrics"}
 
 
 def server_signature(command: list[str] | None) -> list[str] | None:
     """An arm's server command without what may differ between identical runs.
 
-    Drops the interpreter and module, --host/--port and their values, writes the package's
-    embedded assets as ``@assets/`` (checkouts live in different directories) and a Hugging
-    Face snapshot folder as ``hf:org/name@revision/`` (caches live in different directories)."""
+    Drops the interpreter and module, --host/--port (and the per-request spec-decode metrics
+    flag, which only adds to the response) with their values, writes the package's embedded
+    assets as ``@assets/`` (checkouts live in different directories) and a Hugging Face
+    snapshot folder as ``hf:org/name@revision/`` (caches live in different directories)."""
     if not command:
         return None
     args = command[3:] if len(command) > 2 and command[1] == "-m" else list(command)

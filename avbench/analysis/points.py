@@ -59,6 +59,10 @@ def normalize_cells(cells: pd.DataFrame) -> pd.DataFrame:
         cells["pair"] = "?"
     kinds = cells["arm"].str.split("-").str[0]
     cells["arm_kind"] = cells["arm_kind"].fillna(kinds) if "arm_kind" in cells else kinds
+    # avbench predict's rows: a point with any predicted cell is a predicted point.
+    cells["predicted"] = (
+        cells["predicted"].fillna(False).astype(bool) if "predicted" in cells else False
+    )
     cells["repeat"] = cells["repeat"].fillna(0)
     loads = _load_columns(cells)
     return pd.concat([cells.drop(columns=loads.columns, errors="ignore"), loads], axis=1)
@@ -88,6 +92,7 @@ def _aggregate(cells: pd.DataFrame) -> pd.DataFrame:
         {
             "y_spread": groups["output_tok_s_per_gpu"].agg(_spread),
             "repeats": groups["output_tok_s_per_gpu"].count(),
+            "predicted": groups["predicted"].max().astype(bool),
         }
     )
     out = pd.concat([first, means, sums, extra], axis=1).reset_index()
@@ -103,9 +108,11 @@ def _pool_workloads(cells: pd.DataFrame) -> pd.DataFrame:
     num = [c for c in cells.columns if c in MEAN_COLUMNS or c.startswith("accept_pos_")]
     groups = cells.groupby(keys, sort=False, dropna=False)
     pooled = groups[num].mean().join(groups[list(SUM_COLUMNS)].sum(min_count=1))
-    pooled = pooled.join(
-        groups[["arm_kind", "k", "concurrency", "rate", "load_order"]].first()
-    ).join(groups["workload"].nunique().rename("n_workloads"))
+    pooled = (
+        pooled.join(groups[["arm_kind", "k", "concurrency", "rate", "load_order"]].first())
+        .join(groups["predicted"].max())
+        .join(groups["workload"].nunique().rename("n_workloads"))
+    )
     pooled = pooled.reset_index()
     complete = pooled["n_workloads"] == pooled["pair"].map(n_workloads)
     return pooled[complete].drop(columns="n_workloads").assign(workload=POOLED)
@@ -114,7 +121,7 @@ def _pool_workloads(cells: pd.DataFrame) -> pd.DataFrame:
 def build_points(cells: pd.DataFrame) -> pd.DataFrame:
     """Per-workload points, then the pooled ones (workload == POOLED)."""
     if cells.empty:
-        return pd.DataFrame(columns=[*KEYS, "x", "y", "y_spread", "repeats"])
+        return pd.DataFrame(columns=[*KEYS, "x", "y", "y_spread", "repeats", "predicted"])
     cells = normalize_cells(cells)
     # Several rows for one repeat (the same cell from two runs) average into one sample.
     per_repeat = (
@@ -125,6 +132,7 @@ def build_points(cells: pd.DataFrame) -> pd.DataFrame:
                 **{c: "mean" for c in cells.columns if c.startswith("accept_pos_")},
                 **dict.fromkeys(SUM_COLUMNS, _sum_or_nan),
                 **{c: "first" for c in ("arm_kind", "k", "concurrency", "rate", "load_order")},
+                "predicted": "max",
             }
         )
         .reset_index()

@@ -18,7 +18,7 @@ Open-loop rates are not batch sizes and take no part.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pandas as pd
@@ -34,6 +34,7 @@ class Option:
     k: int
     tput: float
     spread: float | None
+    predicted: bool = False  # an avbench predict point, not a measurement
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,11 @@ class Decision:
     def beyond_noise(self) -> bool | None:
         m, n = self.margin_pct, self.noise_pct
         return None if m is None or n is None else m > n
+
+    @property
+    def predicted(self) -> tuple[str, ...]:
+        """The options this verdict compares that are predictions, not measurements."""
+        return tuple(o.label for o in (self.winner, self.runner_up) if o is not None and o.predicted)
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ def _options(at: pd.DataFrame, kind: str) -> list[Option]:
             k=0 if kind == "baseline" else int(r["k"]),
             tput=float(r["y"]),
             spread=None if math.isnan(r["y_spread"]) else float(r["y_spread"]),
+            predicted=bool(r.get("predicted", False)),
         )
         for _, r in rows.iterrows()
     ]
@@ -130,11 +137,21 @@ def decide(at: pd.DataFrame, concurrency: int) -> Decision | None:
     if av is not None and (sched is None or av.tput > sched.tput):
         # The runner-up is what would be deployed instead: the schedule's choice here.
         k = sched.k if sched else 0
-        return Decision(concurrency, "AV", k, static, av, sched, tuple(notes))
+        return _noted(Decision(concurrency, "AV", k, static, av, sched, tuple(notes)))
     assert sched is not None
     verdict: Verdict = "schedule" if sched.k > 0 else "no speculation"
     others = [o for o in (av, static if sched is base else base) if o is not None]
-    return Decision(concurrency, verdict, sched.k, static, sched, _best(others), tuple(notes))
+    return _noted(
+        Decision(concurrency, verdict, sched.k, static, sched, _best(others), tuple(notes))
+    )
+
+
+def _noted(d: Decision) -> Decision:
+    """A verdict that rests on a prediction says so."""
+    if not d.predicted:
+        return d
+    note = f"rests on predicted {', '.join(d.predicted)} (avbench predict; not measured)"
+    return replace(d, notes=(*d.notes, note))
 
 
 def recommend(view: pd.DataFrame, pair: str, scope: str) -> Recommendation:

@@ -287,7 +287,7 @@ def sweep(
     ] = None,
     capture: Annotated[
         str | None,
-        typer.Option(help="Live captures on speculative arms: drafts,refits (avbench vLLM plugin)"),
+        typer.Option(help="Live captures: drafts,refits (speculative arms), steps (every arm); avbench vLLM plugin"),
     ] = None,
     draft_fraction: Annotated[
         float | None, typer.Option(help="Share of requests whose drafts are captured")

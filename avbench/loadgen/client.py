@@ -152,11 +152,23 @@ class _Usage(msgspec.Struct):
     completion_tokens: int | None = None
 
 
+class _SpecDecoding(msgspec.Struct):
+    acceptance_histogram: list[int] | None = None
+    per_step_accepted: list[int] | None = None
+    per_step_drafted: list[int] | None = None
+
+
+class _Metrics(msgspec.Struct):
+    # vLLM's --per-request-spec-decode-metrics rides the final usage chunk (n == 1 only).
+    speculative_decoding: _SpecDecoding | None = None
+
+
 class _Chunk(msgspec.Struct):
     # Only the fields avbench reads: msgspec skips the rest without building objects for them.
     id: str | None = None  # the response id; the vLLM plugin's captures are keyed by it
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
+    metrics: _Metrics | None = None
 
 
 _decode_all = msgspec.json.Decoder(list[_Chunk]).decode
@@ -251,6 +263,11 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
         if obj.usage is not None:
             rec.prompt_tokens = obj.usage.prompt_tokens
             rec.completion_tokens = obj.usage.completion_tokens
+            spec = obj.metrics.speculative_decoding if obj.metrics is not None else None
+            if spec is not None:
+                rec.spec_per_step_accepted = spec.per_step_accepted or []
+                rec.spec_per_step_drafted = spec.per_step_drafted or []
+                rec.spec_acceptance_histogram = spec.acceptance_histogram or []
         if not obj.choices:
             continue
         c = obj.choices[0]

@@ -16,6 +16,12 @@ Known biases, which is why it is reported beside the counter value rather than i
 the server may coalesce several steps into one chunk under load (ratio > 1); a request's last
 step is cut short by ``max_tokens`` or a stop string (ratio < 1); decode steps without drafts
 count in the chunks but not in Δdrafts.
+
+From the server per request (vLLM's ``--per-request-spec-decode-metrics detailed``, which
+avbench turns on for speculative arms): each response's final usage chunk carries its accepted
+and proposed drafts per verify step. Summed over a cell's successful requests they must equal
+the counter deltas exactly when every measured request succeeded (the counters also count
+what a failed request verified); ``req_spec_vs_counter_accepted`` shows it per cell.
 """
 
 from __future__ import annotations
@@ -139,3 +145,54 @@ def req_accept_length(data: CellData, deps: Mapping[str, Any]) -> np.ndarray:
 )
 def chunk_vs_counter(data: CellData, deps: Mapping[str, Any]) -> float:
     return ratio(deps["chunk_tokens_mean"], deps["acceptance_length"], "chunk/counter ratio")
+
+
+@metric(
+    "req_spec",
+    unit="count",
+    kind="indexed",
+    inputs=("request_spec",),
+    definition="summed over successful requests, from each response's per-request "
+    "spec-decode metrics: steps (verify steps; = num_drafts when every measured request "
+    "succeeded), accepted (per_step_accepted; = num_accepted), draft_tokens (per_step_drafted; "
+    "= num_draft_tokens).",
+)
+def req_spec(data: CellData, deps: Mapping[str, Any]) -> dict[str, float]:
+    spec = need(data.request_spec, "per-request spec-decode metrics (server flag off?)")
+    totals = spec.sum(axis=0)
+    return {"steps": float(totals[0]), "accepted": float(totals[1]), "draft_tokens": float(totals[2])}
+
+
+@metric(
+    "req_spec_accept_length",
+    unit="tokens/step",
+    requires=("req_spec",),
+    definition="1 + req_spec_accepted / req_spec_steps: acceptance length from the server's "
+    "per-request metrics.",
+)
+def req_spec_accept_length(data: CellData, deps: Mapping[str, Any]) -> float:
+    spec = deps["req_spec"]
+    return 1.0 + ratio(spec["accepted"], spec["steps"], "per-request steps")
+
+
+@metric(
+    "req_spec_vs_counter_accepted",
+    unit="ratio",
+    requires=("req_spec", "num_accepted"),
+    definition="req_spec_accepted / num_accepted: 1 when the per-request metrics account for "
+    "every accepted draft the counters saw.",
+)
+def req_spec_vs_counter(data: CellData, deps: Mapping[str, Any]) -> float:
+    accepted = deps["req_spec"]["accepted"]
+    return ratio(accepted, deps["num_accepted"], "per-request/counter ratio")
+
+
+@metric(
+    "chunk_vs_req_spec_accept_length",
+    unit="ratio",
+    requires=("chunk_tokens_mean", "req_spec_accept_length"),
+    definition="chunk_tokens_mean / req_spec_accept_length: the chunk-size proxy against the "
+    "server's own per-request count (1 when each chunk is one step).",
+)
+def chunk_vs_req_spec(data: CellData, deps: Mapping[str, Any]) -> float:
+    return ratio(deps["chunk_tokens_mean"], deps["req_spec_accept_length"], "chunk/request ratio")

@@ -68,6 +68,9 @@ class CellData:
     # Per successful request with >= 3 token chunks: last minus first chunk arrival (s).
     stream_span_s: np.ndarray = field(default_factory=_empty)
     counters: SpecDecodeCounters | None = None  # /metrics delta over the window
+    # Per successful request that carried vLLM's per-request spec-decode metrics: verify
+    # steps, accepted drafts, proposed drafts (columns); None when no request carried them.
+    request_spec: np.ndarray | None = None
 
     @classmethod
     def from_records(
@@ -138,7 +141,22 @@ class CellData:
                 dtype=float,
             ),
             counters=counters,
+            request_spec=_request_spec(ok),
         )
+
+
+def _request_spec(ok: Sequence[RequestRecord]) -> np.ndarray | None:
+    """(steps, accepted, drafted) per request from its final usage chunk's metrics."""
+    rows = [
+        (
+            sum(r.spec_acceptance_histogram),
+            sum(j * n for j, n in enumerate(r.spec_acceptance_histogram)),
+            sum(r.spec_per_step_drafted),
+        )
+        for r in ok
+        if r.spec_acceptance_histogram
+    ]
+    return np.array(rows, dtype=float) if rows else None
 
 
 def _chunk_arrays(ok: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -42,7 +42,7 @@ def _deploy(runs: RunSet, rec: Recommendation) -> dict[str, dict | None]:
 
 
 def answers(runs: RunSet, points: pd.DataFrame | None = None) -> list[Answer]:
-    points = build_points(runs.cells) if points is None else points
+    points = build_points(runs.with_predictions()) if points is None else points
     out = []
     for pair in dict.fromkeys(points["pair"]) if not points.empty else []:
         p = points[points["pair"] == pair]

@@ -21,29 +21,46 @@ def arm_colors(arms: list[str]) -> dict[str, str]:
 
 def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
     """One trace per arm (closed-loop points joined, open-loop rates as their own diamonds),
-    the frontier, and the best static K per load."""
+    the frontier, and the best static K per load. Predicted points (avbench predict) are
+    hollow and their arm's legend says so."""
     v = with_frontier(view.dropna(subset=["x", "y"])).sort_values("load_order")
+    if "predicted" not in v:
+        v = v.assign(predicted=False)
     fig = go.Figure()
     for arm in dict.fromkeys(v["arm"]):
         a = v[v["arm"] == arm]
+        name = f"{arm} (predicted)" if a["predicted"].all() else arm
         for closed, part in a.groupby(a["concurrency"].notna(), sort=False):
+            shape = "circle" if closed else "diamond"
             fig.add_trace(
                 go.Scatter(
                     x=part["x"],
                     y=part["y"],
                     mode="lines+markers+text" if closed else "markers+text",
-                    name=arm,
+                    name=name,
                     legendgroup=arm,
                     showlegend=bool(closed or a["concurrency"].isna().all()),
-                    text=part["load"],
+                    text=[
+                        f"{lo} (pred.)" if p else lo
+                        for lo, p in zip(part["load"], part["predicted"], strict=True)
+                    ],
                     textposition="top center",
                     marker=dict(
                         color=colors.get(arm),
                         size=[13 if f else 8 for f in part["on_frontier"]],
-                        symbol="circle" if closed else "diamond",
-                        line=dict(width=[2 if f else 0 for f in part["on_frontier"]], color="#222"),
+                        symbol=[f"{shape}-open" if p else shape for p in part["predicted"]],
+                        line=dict(
+                            width=[
+                                2 if f or p else 0
+                                for f, p in zip(part["on_frontier"], part["predicted"], strict=True)
+                            ],
+                            color=[
+                                colors.get(arm) if p and not f else "#222"
+                                for f, p in zip(part["on_frontier"], part["predicted"], strict=True)
+                            ],
+                        ),
                     ),
-                    line=dict(color=colors.get(arm)),
+                    line=dict(color=colors.get(arm), dash="dot" if a["predicted"].all() else None),
                     customdata=np.stack(
                         [
                             [fmt(v, ".2f") for v in part["acceptance_length"]],

@@ -134,10 +134,11 @@ def _build(rs: RunSet) -> _Page:
     if rs.cells.empty:
         page.text("No finished cells in these runs.", "warn")
     else:
-        points = build_points(rs.cells)
+        points = build_points(rs.with_predictions())
         colors = figs.arm_colors(list(dict.fromkeys(points["arm"])))
         _recommendation(page, rs, points)
         _frontiers(page, rs, points, colors)
+        _predictions(page, rs)
         _gains(page, rs, points)
         _dyn(page, rs, points)
         _acceptance(page, points, colors)
@@ -270,6 +271,33 @@ def _frontiers(page: _Page, rs: RunSet, points: pd.DataFrame, colors) -> None:
         page.html.append("<div class='row'>" + "".join(f"<div>{p}</div>" for p in parts) + "</div>")
 
 
+def _predictions(page: _Page, rs: RunSet) -> None:
+    """Which points are predicted, from what, and how predictions fared where both exist."""
+    if rs.predicted.empty:
+        return
+    from avbench.predict.validate import compare
+
+    page.section("Predicted cells (avbench predict)")
+    for (run_id, arm), g in rs.predicted.groupby(["run_id", "arm"], sort=False):
+        src = ", ".join(sorted({c.split("__")[0] for c in g["predicted_from"].dropna()}))
+        measured = not rs.cells.empty and (rs.cells["arm"] == arm).any()
+        page.text(
+            f"{arm} ({run_id}): {len(g)} cells predicted from {src} by {g['predictor'].iloc[0]}"
+            + ("; measured too, so the plots show the measurement." if measured else
+               "; drawn hollow (not measured).")  # fmt: skip
+        )
+    compared = compare(rs.cells, rs.predicted) if not rs.cells.empty else []
+    if compared:
+        misses = sum(not c.within for c in compared)
+        page.table(
+            tables.prediction_table(
+                compared,
+                f"Predicted vs measured: {len(compared) - misses} of {len(compared)} within "
+                "tolerance (max(10%, repeat spread); acceptance length 0.1)",
+            )
+        )
+
+
 def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
     page.section("AV OFF → ON (and fixed K → schedule)")
     page.text(
@@ -277,17 +305,19 @@ def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
         "(max − min) / mean of the two arms; a change no larger than it is within noise."
     )
     av_missing = [nm for nm in rs.not_measured() if nm.arm.startswith("av-")]
+    cells = rs.with_predictions()
     for nm in av_missing:
+        shown_as = "; the table below is predicted" if (cells["arm"] == nm.arm).any() else ""
         page.text(
-            f"No AV gain table for {nm.run_id}: {nm.arm} was not measured ({nm.reason}).", "warn"
+            f"No AV gain table for {nm.run_id}: {nm.arm} was not measured ({nm.reason})"
+            f"{shown_as}.",
+            "warn",
         )
     arms = points[["pair", "arm", "arm_kind"]].drop_duplicates()
     shown = False
     for pair in dict.fromkeys(arms["pair"]):
         for off, on in comparisons(arms[arms["pair"] == pair]):
-            runs_of = {
-                arm: set(rs.cells.loc[rs.cells["arm"] == arm, "run_id"]) for arm in (off, on)
-            }
+            runs_of = {arm: set(cells.loc[cells["arm"] == arm, "run_id"]) for arm in (off, on)}
             if runs_of[off].isdisjoint(runs_of[on]):
                 page.text(
                     f"{off} and {on} come from different runs (sessions): the comparison "
@@ -295,6 +325,9 @@ def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
                     "switch.",
                     "warn",
                 )
+            pred = points[(points["pair"] == pair) & points["arm"].isin([off, on])]
+            for arm in sorted(set(pred.loc[pred["predicted"], "arm"])):
+                page.text(f"{arm} is predicted (avbench predict), not measured.", "warn")
             for t in gain_tables(points, pair, off, on):
                 page.text(tables.gain_summary(t))
                 page.table(tables.gain_table(t))
@@ -371,7 +404,7 @@ def _cells(page: _Page, points: pd.DataFrame) -> None:
         (
             r["pair"],
             r["workload"],
-            r["arm"],
+            f"{r['arm']} (predicted)" if r.get("predicted") else r["arm"],
             r["load"],
             tables.fmt(r["y"]),
             tables.fmt(r["x"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -43,6 +43,25 @@ class Run:
 class RunSet:
     runs: list[Run]
     cells: pd.DataFrame  # every finished cell row of every run, with run_id and pair
+    # `avbench predict`'s rows (predicted.jsonl) of every run: never measurements.
+    predicted: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def with_predictions(self) -> pd.DataFrame:
+        """Measured cells, plus predicted ones where no repeat of that arm, workload and load
+        was measured (a point is measured or predicted, never a mix; ``predicted`` marks)."""
+        if self.predicted.empty:
+            return self.cells
+        keys = ["run_id", "arm", "workload", "concurrency", "rate"]
+
+        def key(df: pd.DataFrame) -> pd.Series:  # NaN never compares equal: -1 for no load
+            k = df.reindex(columns=keys)
+            for c in ("concurrency", "rate"):
+                k[c] = pd.to_numeric(k[c], errors="coerce").fillna(-1.0)
+            return k.astype(str).agg("|".join, axis=1)
+
+        have = set(key(self.cells)) if not self.cells.empty else set()
+        gaps = ~key(self.predicted).isin(have)
+        return pd.concat([self.cells, self.predicted[gaps.to_numpy()]], ignore_index=True)
 
     def unresolved_failures(self) -> list[dict]:
         """Failed cells no later attempt (--resume) finished, unsupported arms left out."""
@@ -126,7 +145,9 @@ def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
 def load_runs(paths: Sequence[Path]) -> RunSet:
     if not paths:
         raise AvbenchError("expected at least one run directory")
-    runs, frames = [], []
+    from avbench.predict.run import read_predicted
+
+    runs, frames, predicted = [], [], []
     for p in paths:
         store = RunStore.open(Path(p))
         run = Run(store, store.read_manifest())
@@ -141,5 +162,9 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
             if "pair" not in cells:
                 cells["pair"] = run.pair
             frames.append(cells.assign(run_id=run.run_id))
+        rows = read_predicted(store.root)
+        if rows:
+            predicted.append(pd.DataFrame(rows).assign(run_id=run.run_id, predicted=True))
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return RunSet(runs, cells)
+    pred = pd.concat(predicted, ignore_index=True) if predicted else pd.DataFrame()
+    return RunSet(runs, cells, pred)

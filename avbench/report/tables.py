@@ -113,7 +113,9 @@ def gain_summary(t: GainTable) -> str:
 
 # ----------------------------------------------------------------------------- recommendation
 def _option(o) -> str:
-    return f"{o.label} {o.tput:.1f}" if o else MISSING
+    if not o:
+        return MISSING
+    return f"{o.label} {o.tput:.1f}" + (" (predicted)" if o.predicted else "")
 
 
 def _noise(d: Decision) -> str:
@@ -174,6 +176,9 @@ def recommendation_text(rec: Recommendation, deploy: dict[str, dict | None]) -> 
         what = r.verdict
         if r.verdict == "schedule":
             what += " (K " + ", ".join(str(k) for k in r.ks) + ")"
+        predicted = sorted({label for d in ds for label in d.predicted})
+        if predicted:
+            detail += f"; rests on predicted {', '.join(predicted)} (not measured)"
         lines.append(f"- {span}: **{what}** — {detail}")
     lines.append("")
     if rec.schedule is not None:
@@ -211,4 +216,41 @@ def dyn_table(arm: str, scope: str, checks: list[DynCheck]) -> Table:
         rows=rows,
         caption=f"{arm}, {scope}: counters vs schedule (match: nearer the scheduled K than any "
         f"other K of the schedule; ±{DYN_TOLERANCE_TOKENS} tokens for a single K)",
+    )
+
+
+# ----------------------------------------------------------------------------- predictions
+_METRIC_LABEL = {
+    "output_tok_s_per_gpu": "tok/s/GPU",
+    "tpot_ms_median": "median TPOT ms",
+    "acceptance_length": "accept length",
+}
+
+
+def prediction_table(compared: list, caption: str = "") -> Table:
+    """Predicted vs measured per cell group (``avbench.predict.validate.Compared`` rows)."""
+    rows = []
+    for c in compared:
+        absolute = c.metric == "acceptance_length"
+        rows.append(
+            (
+                c.workload,
+                c.arm,
+                c.load,
+                _METRIC_LABEL.get(c.metric, c.metric),
+                fmt(c.predicted, ".2f"),
+                fmt(c.measured, ".2f"),
+                fmt(c.error, "+.3f") if absolute else fmt(c.error * 100, "+.1f", "%"),
+                (fmt(c.spread, ".3f") if absolute else fmt(c.spread * 100, ".1f", "%"))
+                if c.spread is not None
+                else MISSING,
+                (fmt(c.tolerance, ".2f") if absolute else fmt(c.tolerance * 100, ".0f", "%")),
+                "yes" if c.within else "NO",
+            )
+        )
+    return Table(
+        header=("workload", "arm", "load", "metric", "predicted", "measured", "error",
+                "repeat spread", "tolerance", "within"),  # fmt: skip
+        rows=tuple(rows),
+        caption=caption,
     )

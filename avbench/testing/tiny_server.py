@@ -14,15 +14,19 @@ from avbench.suite import Pair, load_suite
 
 
 def tiny_capture_server(
-    k: int, capture_dir: Path | None, log_path: Path, ready_timeout_s: float
+    k: int,
+    capture_dir: Path | None,
+    log_path: Path,
+    ready_timeout_s: float,
+    kinds: tuple[str, ...] = ("drafts", "refits"),
 ) -> tuple[ServerProcess, Pair]:
     """A not yet started server of ``tiny-cpu`` at static K ``k``; ``capture_dir`` (an existing
-    directory) turns on drafts and refits capture of every request, None leaves it off."""
+    directory) turns on the ``kinds`` of capture for every request, None leaves it off."""
     pair = load_suite().pair("tiny-cpu")
     arm = Arm("static", k)
     env = build_env(pair, arm, None)
     if capture_dir is not None:
-        env |= capture_env(CaptureSettings(("drafts", "refits"), 1.0), capture_dir, env)
+        env |= capture_env(CaptureSettings(kinds, 1.0), capture_dir, env)
     port = find_free_port()
     server = ServerProcess(
         cmd=build_command(pair, arm, port=port),

@@ -4,12 +4,14 @@ vLLM loads every ``vllm.general_plugins`` entry point in each process it starts 
 engine core, workers) and calls it; ``VLLM_PLUGINS=avbench`` selects this one alone. It does
 nothing unless ``AVBENCH_CAPTURE_DIR`` names an existing directory. Then:
 
-- ``AVBENCH_CAPTURE``: what to capture, comma-separated ``drafts``, ``refits`` (default both);
+- ``AVBENCH_CAPTURE``: what to capture, comma-separated ``drafts``, ``refits``, ``steps``
+  (default all three);
 - ``AVBENCH_CAPTURE_DRAFT_FRACTION``: share of requests whose drafts are captured (default 1),
   chosen by a hash of the request id the client sees, so the choice is the same everywhere.
 
 Drafts land as ``drafts-<pid>-<n>.capture.parquet`` shards (schema ``CAPTURE_SCHEMA`` in
-``avbench.estimator.drafts``), refits as lines of ``refits.jsonl``, and each process's health
+``avbench.estimator.drafts``), refits as lines of ``refits.jsonl``, step timings as lines of ``steps.<pid>.jsonl``
+(``avbench.vllm_plugin.steps``), and each process's health
 (hooks installed, errors caught, reasons for staying inert) in ``status-<pid>.json``.
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 ENV_DIR = "AVBENCH_CAPTURE_DIR"
 ENV_WHAT = "AVBENCH_CAPTURE"
 ENV_FRACTION = "AVBENCH_CAPTURE_DRAFT_FRACTION"
-CAPTURES = ("drafts", "refits")
+CAPTURES = ("drafts", "refits", "steps")
 
 _installed: dict[str, object] = {}
 
@@ -75,6 +77,10 @@ def _install(capture_dir: Path, health) -> None:
                 "avbench capture: %s is not a number; capturing every request", ENV_FRACTION
             )
         _installed["drafts"] = install_drafts_capture(capture_dir, fraction, health)
+    if "steps" in what:
+        from avbench.vllm_plugin.steps import install_steps_capture
+
+        _installed["steps"] = install_steps_capture(capture_dir, health)
     if "refits" in what:
         try:
             from avbench.vllm_plugin.refits import install_refit_capture

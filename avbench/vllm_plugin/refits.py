@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from avbench.errors import AvbenchError
-from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE, vllm_version
+from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE, json_lines, vllm_version
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -273,22 +273,19 @@ def refit_lines(root: Path) -> list[dict[str, Any]]:
     root = Path(root)
     if not root.is_dir():
         raise RefitCaptureError(f"{root}: not a directory (expected a capture directory)")
+    def check(row: dict) -> None:
+        missing = [c for c in REFIT_COLUMNS if c not in row]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
+
     rows = []
     for path in sorted(root.rglob(REFITS_GLOB)):
-        lines = path.read_text(encoding="utf-8").split("\n")
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                missing = [c for c in REFIT_COLUMNS if c not in row]
-                if missing:
-                    raise ValueError(f"missing {', '.join(missing)}")
-            except (json.JSONDecodeError, ValueError) as exc:
-                if i == len(lines) - 1:  # no newline after it: the write was cut short
-                    continue
-                raise RefitCaptureError(f"{path}:{i + 1}: not a refit line ({exc})") from None
-            rows.append({c: row[c] for c in REFIT_COLUMNS} | {"file": str(path.relative_to(root))})
+        try:
+            for _, row in json_lines(path, check):
+                rows.append({c: row[c] for c in REFIT_COLUMNS} | {"file": str(path.relative_to(root))})
+        except ValueError as exc:
+            where, why = exc.args
+            raise RefitCaptureError(f"{where}: not a refit line ({why})") from None
     return sorted(rows, key=lambda r: (r["file"], r["refit_index"]))
 
 

@@ -90,20 +90,24 @@ def guarded(health: Health, hook: str, fn: Callable, *args, **kwargs):
 
 
 ORIGINAL_ATTR = "__avbench_original__"
+HOOKS_ATTR = "__avbench_hooks__"
 
 
 def wrap_method(
     health: Health, cls: type, name: str, make: Callable[[Callable], Callable], hook: str
 ) -> bool:
-    """Replace ``cls.name`` (defined on ``cls`` itself) by ``make(original)``."""
+    """Replace ``cls.name`` (defined on ``cls`` itself) by ``make(original)``. Several hooks
+    (drafts, steps) may wrap one method, each once."""
     orig = cls.__dict__.get(name)
     if orig is None or not callable(orig):
         health.mismatch(f"{cls.__module__}.{cls.__qualname__}.{name} not found")
         return False
-    if getattr(orig, ORIGINAL_ATTR, None) is not None:
-        return True  # already wrapped (plugins may be loaded twice in one process)
+    hooks = getattr(orig, HOOKS_ATTR, frozenset())
+    if hook in hooks:
+        return True  # already wrapped by this hook (plugins may be loaded twice in one process)
     wrapper = functools.wraps(orig)(make(orig))
-    setattr(wrapper, ORIGINAL_ATTR, orig)
+    setattr(wrapper, ORIGINAL_ATTR, getattr(orig, ORIGINAL_ATTR, orig))
+    setattr(wrapper, HOOKS_ATTR, hooks | {hook})
     setattr(cls, name, wrapper)
     health.installed.append(f"{cls.__qualname__}.{name} ({hook})")
     return True
@@ -166,6 +170,25 @@ def when_imported(module: str, callback: Callable) -> None:
         _finder = _Finder()
         sys.meta_path.insert(0, _finder)
     _finder.pending.setdefault(module, []).append(callback)
+
+
+# ----------------------------------------------------------------------------- reading
+def json_lines(path: Path, check: Callable[[dict], None] = lambda row: None):
+    """(line number, row) of each JSON line of a capture file; ``check`` raises ValueError on
+    a row that is not what the file holds. A torn last line (no newline after it: a process
+    killed mid-write) is skipped; any other bad line raises ValueError("file:line", why)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            check(row)
+        except (json.JSONDecodeError, ValueError) as exc:
+            if i == len(lines) - 1:
+                continue
+            raise ValueError(f"{path}:{i + 1}", str(exc)) from None
+        yield i + 1, row
 
 
 # ----------------------------------------------------------------------------- status file

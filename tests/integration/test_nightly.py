@@ -9,6 +9,7 @@ exit 1).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -102,6 +103,10 @@ def test_make_nightly_tiny_cpu(nightly):
     assert {r["arm"] for r in cells.values()} == {"static-k3"}
     assert {f.get("failure_kind") for f in store.failures()} <= {"unsupported"}
     assert (run / "report.md").exists() and (run / "report.html").exists()
+    # AV predicted from its OFF twin (no measured AV on CPU, so no error to store yet).
+    predicted = [json.loads(x) for x in (run / "predicted.jsonl").read_text().splitlines()]
+    assert sorted(r["predicted_from"] for r in predicted) == sorted(cells)
+    assert {r["arm"] for r in predicted} == {"av-k3"} and "av-k3 (predicted)" in (run / "report.md").read_text()
 
 
 def test_identical_runs_are_same_within_noise(short_suites, tmp_path):

@@ -32,8 +32,12 @@ def _record(times, tokens, cid="c") -> RequestRecord:
 
 
 def test_every_column_has_unit_and_definition(before_text, greedy_text):
+    rec = _record([0.1, 0.2, 0.35], [1, 2, 3])
+    # What vLLM's --per-request-spec-decode-metrics detailed puts in the final usage chunk.
+    rec.spec_acceptance_histogram, rec.spec_per_step_accepted = [0, 1, 1, 0], [1, 2]
+    rec.spec_per_step_drafted = [3, 3]
     m = compute_cell_metrics(
-        [_record([0.1, 0.2, 0.35], [1, 2, 3])],
+        [rec],
         window_s=1.0,
         gpus=2,
         counters_before=before_text,
@@ -51,14 +55,17 @@ def test_every_column_has_unit_and_definition(before_text, greedy_text):
         "queue_delay_ms_median output_tok_s output_tok_s_per_gpu total_tok_s request_s "
         "interactivity_tok_s_user acceptance_rate acceptance_length accept_pos_0 num_drafts "
         "num_draft_tokens num_accepted requests_ok requests_failed errors_timeout "
-        "output_tokens chunk_tokens_mean"
+        "output_tokens chunk_tokens_mean req_spec_accepted req_spec_accept_length"
     ).split():
         assert required in m.values, required
     assert m.values["output_tok_s_per_gpu"] == pytest.approx(m.values["output_tok_s"] / 2)
+    assert (m.values["req_spec_steps"], m.values["req_spec_accepted"]) == (2, 3)
+    assert m.values["req_spec_draft_tokens"] == 6 and m.values["req_spec_accept_length"] == 2.5
     assert m.missing == {}
     static = all_definitions()
     assert "accept_pos_<key>" in static and "errors_<key>" in static
-    assert {c for c in m.values if not c.startswith(("accept_pos_", "errors_"))} <= set(static)
+    indexed = ("accept_pos_", "errors_", "req_spec_steps", "req_spec_accepted", "req_spec_draft")
+    assert {c for c in m.values if not c.startswith(indexed)} <= set(static)
 
 
 def test_dependencies_come_first():

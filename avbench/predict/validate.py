@@ -1,0 +1,103 @@
+"""Predicted against measured, cell by cell: the predictor's error and whether it is tolerated.
+
+Per (pair, workload, arm, load) measured in both: the mean over repeats of the predicted and of
+the measured value, the error (predicted − measured) / measured, and the measured repeat spread
+(max − min) / mean. A throughput or median TPOT is within tolerance when |error| is at most
+max(10%, spread); an acceptance length when |predicted − measured| is at most 0.1 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+REL_TOLERANCE = 0.10
+ACCEPT_TOLERANCE = 0.1  # tokens per step
+METRICS = ("output_tok_s_per_gpu", "tpot_ms_median", "acceptance_length")
+_KEYS = ["pair", "workload", "arm", "concurrency", "rate"]
+
+
+@dataclass(frozen=True)
+class Compared:
+    pair: str
+    workload: str
+    arm: str
+    load: str
+    metric: str
+    predicted: float
+    measured: float
+    error: float  # relative; absolute (tokens) for acceptance_length
+    spread: float | None  # measured repeat spread (relative; absolute for acceptance_length)
+    tolerance: float
+    repeats: int
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error) <= self.tolerance
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"within": self.within}
+
+
+def _spread(v: pd.Series, relative: bool) -> float | None:
+    v = v.dropna()
+    if len(v) < 2:
+        return None
+    span = float(v.max() - v.min())
+    if not relative:
+        return span
+    return span / float(v.mean()) if v.mean() else None
+
+
+def _load(row) -> str:
+    c = row["concurrency"]
+    return f"c={int(c)}" if c >= 0 else f"r={row['rate']:g}/s"
+
+
+def _keyed(df: pd.DataFrame) -> pd.DataFrame:
+    """Every key and metric column present; loads as numbers with -1 for "none" (NaN keys
+    would never match)."""
+    df = df.reindex(columns=sorted(set(df) | set(_KEYS) | set(METRICS)))
+    return df.assign(
+        concurrency=pd.to_numeric(df["concurrency"], errors="coerce").fillna(-1.0),
+        rate=pd.to_numeric(df["rate"], errors="coerce").fillna(-1.0),
+    )
+
+
+def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[Compared]:
+    """Every metric of every cell group measured and predicted alike."""
+    if measured.empty or predicted.empty:
+        return []
+    measured, predicted = _keyed(measured), _keyed(predicted)
+    out = []
+    m_groups = {k: g for k, g in measured.groupby(_KEYS, dropna=False, sort=False)}
+    for key, p in predicted.groupby(_KEYS, dropna=False, sort=False):
+        m = m_groups.get(key)
+        if m is None:
+            continue
+        for metric in METRICS:
+            pv, mv = p[metric].astype(float).mean(), m[metric].astype(float).mean()
+            if not (np.isfinite(pv) and np.isfinite(mv)) or mv == 0:
+                continue
+            absolute = metric == "acceptance_length"
+            spread = _spread(m[metric].astype(float), relative=not absolute)
+            error = pv - mv if absolute else (pv - mv) / mv
+            tol = ACCEPT_TOLERANCE if absolute else max(REL_TOLERANCE, spread or 0.0)
+            out.append(
+                Compared(
+                    str(key[0]),
+                    str(key[1]),
+                    str(key[2]),
+                    _load(m.iloc[0]),
+                    metric,
+                    float(pv),
+                    float(mv),
+                    float(error),
+                    spread,
+                    tol,
+                    int(m[metric].notna().sum()),
+                )  # fmt: skip
+            )
+    return out

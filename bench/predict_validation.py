@@ -1,0 +1,69 @@
+"""Validate `avbench predict` on the tiny CPU pair: predictions from two arms vs every arm measured.
+
+    python bench/predict_validation.py [--run results/predict-val]
+
+Measures (or resumes) the `predict-cpu` sweep: baseline, static K 1, 2, 3 and one K schedule,
+concurrencies 1, 2, 4, two workloads, two interleaved repeats, step timings and drafts
+captured, greedy (the CPU build's sampler is wrong at temperature > 0, see README). Then
+predicts static-k1, static-k2 and the sweep's schedule from the baseline and static-k3 alone
+and prints, per cell group, the predicted and measured tok/s/GPU, median TPOT and acceptance
+length with the error, the measured repeat spread and whether the error is within
+max(10%, spread) (acceptance length: 0.1 token). About 20 minutes of server time on an idle
+2-core machine; an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from avbench.predict.run import PredictRequest, predict_run
+from avbench.report.tables import prediction_table
+
+
+def _measure(run: Path) -> None:
+    avbench = [sys.executable, "-m", "avbench.cli", "sweep"]
+    manifest = run / "manifest.json"
+    if not manifest.exists():
+        cmd = avbench + ["--pair", "tiny-cpu", "--sweep", "predict-cpu", "--k", "1,2,3",
+                         "--results", str(run.parent), "--run-id", run.name, "--no-report"]  # fmt: skip
+    elif json.loads(manifest.read_text()).get("status") != "finished":
+        cmd = avbench + ["--resume", str(run), "--no-report"]
+    else:
+        return
+    print("$", " ".join(cmd[2:]), flush=True)
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        sys.exit(f"the sweep exited with {rc}; rerun this script to resume it")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, default=Path("results/predict-val"))
+    ap.add_argument("--no-measure", action="store_true", help="predict from the run as it is")
+    args = ap.parse_args()
+    if not args.no_measure:
+        _measure(args.run)
+    schedule = json.loads((args.run / "manifest.json").read_text())["sweep"]["schedule"]
+    res = predict_run(
+        PredictRequest(args.run, ("static-k1", "static-k2", "dyn"), "static-k3", schedule)
+    )
+    misses = [c for c in res.compared if not c.within]
+    print(f"predicted from {res.source} and the baseline's step timings ({res.decision_code})")
+    print(
+        prediction_table(
+            res.compared,
+            f"{args.run.name}: {len(res.compared) - len(misses)} of {len(res.compared)} within "
+            "tolerance",
+        ).markdown()
+    )
+    for c in misses:
+        print(f"MISS {c.workload} {c.arm} {c.load} {c.metric}: predicted {c.predicted:.3f}, "
+              f"measured {c.measured:.3f}, error {c.error:+.3f}, tolerance {c.tolerance:.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The predictor on hand-made captures: AV admits what vLLM's own code admits, static and
+schedule replays give the numbers worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from avbench.estimator.online import sigmoid
+from avbench.predict.curves import CostTables
+from avbench.predict.model import (
+    AvState,
+    CellReplay,
+    Policy,
+    position_labels,
+    predict_cell,
+    step_times,
+)
+from avbench.predict.vllm_av import AV_MODULE, DecisionCode, assign_budget, build_cost_tables
+
+K = 3
+
+
+def _tables(draft_ms: float = 0.0, verify_slope: float = 0.0) -> CostTables:
+    """Flat draft cost per position; verify cost 10 ms + ``verify_slope`` per token."""
+    verify = [(t, 10.0 + verify_slope * t) for t in range(1, 65)]
+    drafts = {
+        k: build_cost_tables([(1, draft_ms * k), (8, draft_ms * k)], verify, 16, 128)[0]
+        for k in range(K + 1)
+    }
+    return CostTables(drafts, build_cost_tables([(1, 0.0)], verify, 16, 128)[1], 64, 2)
+
+
+def _cell(accepted: list[list[int]], f: list[list[list[float]]] | None = None) -> CellReplay:
+    """Steps 1..S, every request in every step with K drafts; accepted[s][r]."""
+    n = len(accepted[0])
+    steps = pd.DataFrame(
+        {
+            "step": range(1, len(accepted) + 1),
+            "n_reqs": n,
+            "tokens": n * (1 + K),
+            "drafts": n * K,
+            "forward_ms": 10.0,
+            "sample_ms": 0.0,
+            "draft_ms": 0.0,
+            "interval_ms": [None] + [10.0] * (len(accepted) - 1),
+        }
+    )
+    rows = []
+    for s, acc in enumerate(accepted, start=1):
+        for r, a in enumerate(acc):
+            feats = np.array(f[s - 1][r]) if f is not None else np.zeros(K)
+            rows.append({"request_id": f"r{r}", "step": s, "accepted": a, "scheduled": K, "f": feats})
+    return CellReplay(K, step_times(steps), pd.DataFrame(rows), {f"r{r}": 4.0 for r in range(n)}, 100.0)
+
+
+def test_position_labels_lay_verify_events_on_output_positions():
+    # accepted 3 of 3 (then the bonus: never drafted), 1 of 3 (then a rejection), 0 of 3.
+    lab = position_labels(np.array([3, 1, 0]), np.array([3, 3, 3]))
+    assert lab.tolist() == [1, 1, 1, -1, 1, 0, 0]
+
+
+def test_static_replay_walks_the_positions_and_reprices_the_steps():
+    # 2 requests, 4 steps at K = 3; each step 10 ms of work, back to back (no idle time).
+    cell = _cell([[3, 0], [1, 2], [0, 0], [3, 3]])
+    tables = _tables(verify_slope=1.0)  # verify: 10 ms + 1 ms per forward token
+    pred, rep = predict_cell(cell, tables, Policy("static", 1))
+    # Positions (1 accepted, 0 rejected, - the bonus after a full step):
+    #   r0: 1 1 1 - 1 0 0 1 1 1 -    r1: 0 1 1 0 0 1 1 1 -
+    # At K' = 1 each step accepts the label where it starts, then emits the target's token:
+    #   r0 steps at 0, 2, 4, 6, 7, 9 (5 accepted), r1 at 0, 1, 3, 4, 5, 7 (3 accepted).
+    assert rep.requests.set_index("request_id")[["draft_steps", "accepted"]].to_dict("index") == {
+        "r0": {"draft_steps": 6, "accepted": 5}, "r1": {"draft_steps": 6, "accepted": 3}
+    }  # fmt: skip
+    assert pred.acceptance_length == pytest.approx(1 + 8 / 12)
+    # One draft per request per step: forward tokens 8 -> 4, 4 ms less per step.
+    assert pred.verified_drafts_per_step == 2.0
+    assert (rep.steps["work_pred_ms"] - rep.steps["work_ms"]).tolist() == pytest.approx([-4.0] * 4)
+    # Tokens per step: measured 5, 5, 2, 8; predicted 11/6 + 9/6 = 10/3 in each. The cell's
+    # time: sum(6 ms * tok / tok') = 6 * 20 / (10/3) = 36 ms against 40 ms measured.
+    assert pred.output_tok_s_per_gpu == pytest.approx(100.0 * 40 / 36)
+
+
+def test_schedule_uses_the_k_of_the_batch_that_drafted():
+    cell = _cell([[3, 3], [3, 3], [3, 3]])
+    sizes = [1, 2, 2]  # the batch grows from 1 to 2 requests after the first step
+    cell = CellReplay(K, cell.steps.assign(n_reqs=sizes), cell.events, cell.tpot_ms, 100.0)
+    _, rep = predict_cell(cell, _tables(), Policy("schedule", schedule=[(1, 1, 3), (2, 8, 1)]))
+    # Positions 0-3 and 4-7 were covered by steps 1 and 2, drafted by a batch of 1 (K 3);
+    # positions 8-11 by step 3, drafted by a batch of 2 (K 1). Each request: a step accepting
+    # 3 at 0, another at 4, then 1 at 8 and 1 at 10: 4 steps, 8 accepted.
+    by = rep.requests.set_index("request_id")
+    assert by["draft_steps"].tolist() == [4, 4] and by["accepted"].tolist() == [8, 8]
+
+
+def _features(rng, steps: int, n: int) -> list:
+    return rng.normal(1.0, 2.0, (steps, n, K)).round(3).tolist()
+
+
+def test_av_replay_admits_exactly_what_vllms_assign_gives():
+    """A hand-made capture through the AV path: every step's admitted counts are what vLLM's
+    ``_assign_draft_token_budget`` returns for the same confidences, capacities and budget."""
+    torch = pytest.importorskip("torch")
+    av = pytest.importorskip(AV_MODULE, reason="vLLM is not installed (run make setup)")
+    rng = np.random.default_rng(7)
+    accepted = rng.integers(0, K + 1, (12, 4)).tolist()
+    cell = _cell(accepted, _features(rng, 12, 4))
+    calls = []
+
+    def recording(conf, cap, budget):
+        out = assign_budget(conf, cap, budget)
+        calls.append((conf.copy(), cap.copy(), budget, out.copy()))
+        return out
+
+    # A steep verify cost makes the budget bind: AV must trim.
+    state = AvState.cold(K)
+    code = DecisionCode(build_cost_tables, recording, "avbench transcription")
+    pred, rep = predict_cell(cell, _tables(verify_slope=3.0), Policy("av", K), state, code)
+    assert len(calls) >= 6  # the budget bound in most steps
+    for conf, cap, budget, ours in calls:
+        real = torch.as_tensor(cap).clone()
+        av._assign_draft_token_budget(torch.as_tensor(conf), torch.arange(len(cap)), real, budget, K)
+        assert ours.tolist() == real.tolist()
+        assert int(ours.sum()) == budget
+    # By hand: 12 steps is before the first refit (every 100), so every confidence is the cold
+    # estimator's (slope 0.5, intercepts -0.2) on the features of the step it ranked.
+    by_step = [
+        sigmoid(0.5 * np.stack(g["f"].to_numpy()) - 0.2).astype(np.float32)
+        for _, g in cell.events.groupby("step")
+    ]
+    for conf, *_ in calls:
+        assert sum(np.allclose(conf, c, rtol=1e-6) for c in by_step) == 1
+    # Accepted = min(accepted at K, admitted), per request and step.
+    ev = rep.events
+    assert (ev["accepted_pred"] == np.minimum(ev["accepted"], ev["verified_pred"])).all()
+    assert rep.steps["verified_pred"].tolist() == [int(a.sum()) for a in state.admitted_log]
+    # vLLM's own function, imported, admits the same in the same replay.
+    real_state = AvState.cold(K)
+    real = DecisionCode(build_cost_tables, _vllm(av, torch), "vLLM")
+    predict_cell(cell, _tables(verify_slope=3.0), Policy("av", K), real_state, real)
+    assert [a.tolist() for a in real_state.admitted_log] == [a.tolist() for a in state.admitted_log]
+
+
+def _vllm(av, torch):
+    def assign(conf, cap, budget):
+        c = torch.as_tensor(cap).clone()
+        av._assign_draft_token_budget(torch.as_tensor(conf), torch.arange(len(cap)), c, budget, K)
+        return c.numpy()
+
+    return assign
+
+
+def test_av_budget_reads_the_previous_steps_confidences():
+    """vLLM budgets a step from the confidences each request had one step earlier (1 before
+    its first verify step); the slots are ranked by the current ones."""
+    cell = _cell([[1, 1], [1, 1]], [[[-8.0] * K] * 2] * 2)  # confident rejections: p ~ 0.015
+    state = AvState.cold(K)
+    code = DecisionCode(build_cost_tables, assign_budget, "avbench transcription")
+    # Verify cost 10 ms + 1 ms per token, no draft cost. Step 1: stale confidences are 1, so
+    # (2 + B) / (12 + B) grows with B: every draft is verified. Step 2: survivals of ~0.015 add
+    # almost nothing while each slot costs 1 ms: (2 + 0.015) / 13 < 2 / 12, so B = 0.
+    predict_cell(cell, _tables(verify_slope=1.0), Policy("av", K), state, code)
+    assert [a.tolist() for a in state.admitted_log] == [[K, K], [0, 0]]

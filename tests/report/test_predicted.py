@@ -1,0 +1,58 @@
+"""Predicted cells in the report and the recommendation: gaps filled, never mixed, said so."""
+
+from __future__ import annotations
+
+import json
+
+from avbench.report import write_report
+from avbench.report.answer import answers
+from avbench.report.runs import load_runs
+
+
+def _predict(store, arm: str, gain: float) -> None:
+    """Rows as `avbench predict` writes them: one per measured static-k3 cell."""
+    rows = []
+    for r in store.finished_cells().values():
+        if r["arm"] != "static-k3":
+            continue
+        y = r["output_tok_s_per_gpu"] * gain
+        rows.append(
+            {k: r[k] for k in ("workload", "concurrency", "rate", "repeat", "pair", "k")}
+            | {
+                "cell_id": r["cell_id"].replace("static-k3", arm), "arm": arm, "arm_kind": "av",
+                "predicted": True, "predicted_from": r["cell_id"], "predicted_from_run": "r1",
+                "predictor": "avbench-predict 1", "output_tok_s_per_gpu": y,
+                "interactivity_tok_s_user": y / r["concurrency"],
+                "tpot_ms_median": 1000 * r["concurrency"] / y, "acceptance_length": 2.0,
+            }
+        )  # fmt: skip
+    (store.root / "predicted.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+
+def test_predicted_av_fills_the_unmeasured_arm_and_the_verdict_says_so(run_factory, tmp_path):
+    store = run_factory(tmp_path, av_unsupported=True)
+    _predict(store, "av-k3", gain=1.2)  # predicted AV beats static-k3 (and static-k1 at c<16)
+    runs = load_runs([store.root])
+    cells = runs.with_predictions()
+    assert (cells.loc[cells["arm"] == "av-k3", "predicted"] == True).all()  # noqa: E712
+    assert not runs.cells["arm"].eq("av-k3").any()  # measured cells stay measured only
+    (ans,) = answers(runs)
+    av_wins = [d for d in ans.pooled.decisions if d.verdict == "AV"]
+    assert av_wins and all("rests on predicted av-k3" in " ".join(d.notes) for d in av_wins)
+    files = write_report([store.root], static_figures=False)
+    md = files.markdown.read_text()
+    assert "av-k3 (predicted)" in md and "rests on predicted av-k3" in md
+    assert "the table below is predicted" in md  # the AV gain table is a predicted one
+    assert "circle-open" in files.html.read_text()  # hollow markers
+
+
+def test_a_measured_arm_wins_over_its_prediction(run_factory, tmp_path):
+    store = run_factory(tmp_path)  # av-k3 measured at every load
+    _predict(store, "av-k3", gain=5.0)
+    runs = load_runs([store.root])
+    cells = runs.with_predictions()
+    assert len(cells) == len(runs.cells)  # nothing predicted is added where av-k3 was measured
+    (ans,) = answers(runs)
+    assert not any("rests on predicted" in " ".join(d.notes) for d in ans.pooled.decisions)
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "Predicted vs measured" in md and "av-k3 (predicted)" not in md
