@@ -189,7 +189,9 @@ def step_features(logits, idx, tokens, temp, with_f: bool, kernels=None) -> dict
 
     per = max(1, MAX_CHUNK_ELEMENTS // max(1, logits.shape[1] * logits.shape[2]))
     parts = [
-        _chunk_features(logits, idx[s : s + per], tokens[s : s + per], temp[s : s + per], with_f, kernels)
+        _chunk_features(
+            logits, idx[s : s + per], tokens[s : s + per], temp[s : s + per], with_f, kernels
+        )
         for s in range(0, idx.shape[0], per)
     ]
     if len(parts) == 1:
