@@ -127,6 +127,31 @@ def read_captured(directory: Path, request_ids: Iterable[str] | None = None) -> 
     return pa.concat_tables(tables).to_pandas()
 
 
+def verified_summary(captured: pd.DataFrame) -> dict:
+    """Cell columns from captured draft rows (every label): how many scheduled drafts the target
+    verified (AV trims the rest before verification, ``LABEL_TRIMMED``) and how many of those it
+    accepted. vLLM's counters see only the scheduled drafts, so under AV this is the only
+    acceptance per verified draft there is."""
+    from avbench.estimator.drafts import LABEL_ACCEPTED, LABEL_TRIMMED
+
+    if captured.empty:
+        return {}
+    label = captured["label"].to_numpy()
+    scheduled = len(captured)
+    verified = int((label != LABEL_TRIMMED).sum())
+    accepted = int((label == LABEL_ACCEPTED).sum())
+    drafts = len(captured.drop_duplicates(["pid", "engine_request_id", "step"]))
+    return {
+        "captured_drafts": drafts,
+        "captured_scheduled_tokens": scheduled,
+        "captured_verified_tokens": verified,
+        "captured_accepted_tokens": accepted,
+        "trimmed_share": (scheduled - verified) / scheduled,
+        "verified_acceptance_rate": accepted / verified if verified else None,
+        "verified_tokens_per_draft": verified / drafts,
+    }
+
+
 def _first_rank(refits: pd.DataFrame) -> pd.DataFrame:
     # Tensor-parallel ranks refit identically; each data-parallel rank has its own estimator.
     if refits.empty:
@@ -246,6 +271,7 @@ def file_cell(
             write_drafts(labeled, drafts_path(run_dir, cell_id))
         row["capture_draft_rows"] = 0 if labeled is None else len(labeled)
         row["capture_requests"] = int(captured["request_id"].nunique())
+        row |= verified_summary(captured)
     if "refits" in ac.settings.kinds:
         from avbench.vllm_plugin.refits import read_refits
 

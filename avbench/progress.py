@@ -49,6 +49,13 @@ def cell_summary(row: dict) -> str:
             + ", ".join(f"{p:.2f}" for p in pos)
             + "]"
         )
+    if row.get("verified_acceptance_rate") is not None and row.get("arm_kind") == "av":
+        acc += (
+            f" | accepted/verified {row['verified_acceptance_rate']:.2f}, trimmed "
+            f"{row.get('trimmed_share') or 0:.0%} (captured)"
+        )
+    elif row.get("acceptance_rate_per") == "scheduled draft" and acc:
+        acc += " (counters: per scheduled draft, before AV trims)"
     fails = row.get("requests_failed") or 0
     same = row.get("identical_to_baseline_share")
     if same is not None:

@@ -736,6 +736,9 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
             if arm.kind == "av"
             else "unconditional accepted/drafts"
         ),
+        "acceptance_rate_per": None
+        if arm.kind == "baseline"
+        else ("scheduled draft" if arm.kind == "av" else "verified draft"),
     }
     row |= metrics.values
     row["metric_notes"] = list(metrics.notes) or None

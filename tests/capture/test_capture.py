@@ -14,9 +14,11 @@ from avbench.capture import (
     arm_capture,
     capture_env,
     file_cell,
+    read_captured,
     refit_summary,
     render_estimator,
     settings_for,
+    verified_summary,
 )
 from avbench.estimator.drafts import read_drafts
 from avbench.plan import Arm
@@ -134,3 +136,34 @@ def test_estimator_show_says_so_in_one_line_without_refits(tmp_path):
     pd.DataFrame().to_csv(store.root / "unrelated.csv")
     out = render_estimator(store.root)
     assert out.count("\n") == 0 and "no estimator refits" in out
+
+
+def test_a_hand_made_av_capture_gives_the_exact_trimmed_share_and_verified_acceptance(tmp_path):
+    """Known trims through the real writer: a scheduled 4, admitted 2, accepted 1; b scheduled
+    4, all admitted and accepted; c (a second step of a) scheduled 3, none admitted."""
+    w = ShardWriter(tmp_path, Health(tmp_path), tick_s=0.1, max_age_s=0.1)
+    eids, cids = ["cmpl-a-0-0badc0de", "cmpl-b-0-0badc0de"], ["cmpl-a", "cmpl-b"]
+
+    def propose(step):
+        data = {
+            "tokens": torch.tensor([[1, 2, 3, 4]] * 2), "f": torch.zeros(2, 4),
+            "q_max": torch.full((2, 4), 0.6), "q_sampled": torch.ones(2, 4),
+            "entropy": torch.ones(2, 4), "temperature": torch.ones(2),
+        }  # fmt: skip
+        w.submit(Proposal(step, eids, cids, HostCopy(data)))
+
+    propose(1)
+    w.submit(Verdict(2, time.time(), eids, [4, 4], np.array([1, 4]), np.array([2, 4])))
+    propose(2)
+    w.submit(Verdict(3, time.time(), eids[:1], [3], np.array([0]), np.array([0])))
+    w.close()
+    captured = read_captured(tmp_path)
+    assert sorted(captured["label"].tolist()) == [-2] * 5 + [0] + [1] * 5
+    s = verified_summary(captured)
+    assert (s["captured_drafts"], s["captured_scheduled_tokens"]) == (3, 11)
+    assert (s["captured_verified_tokens"], s["captured_accepted_tokens"]) == (6, 5)
+    assert s["trimmed_share"] == 5 / 11 and s["verified_acceptance_rate"] == 5 / 6
+    assert s["verified_tokens_per_draft"] == 2.0
+    from avbench.cellrow import definition_of
+
+    assert [c for c in s if definition_of(c) is None] == []

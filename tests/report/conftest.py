@@ -24,6 +24,7 @@ def make_run(
     concurrencies=(1, 4, 16),
     repeats: int = 2,
     av_unsupported: bool = False,
+    av_captured: bool = False,
 ) -> RunStore:
     manifest = {
         "run_id": run_id,
@@ -82,6 +83,9 @@ def make_run(
                         else {"method": "draft_model", "num_speculative_tokens": k},
                         **{f"accept_pos_{i}": 0.6 / (i + 1) for i in range(k)},
                     }
+                    if av_captured and arm.startswith("av"):  # AV trimmed 1 draft in 4
+                        row |= {"verified_acceptance_rate": 0.7, "trimmed_share": 0.25,
+                                "verified_tokens_per_draft": 2.25}  # fmt: skip
                     records = [
                         RequestRecord(
                             conversation_id=str(i),

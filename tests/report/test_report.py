@@ -34,6 +34,17 @@ def test_report_of_one_run(run_dir, monkeypatch):
     assert "ON faster beyond noise" in md
     assert "static-k1__gsm8k__c64__rep0" in md and "finished by resume" not in md
     assert "nan" not in md.lower() and "| — |" in md  # baseline has no acceptance
+    # No captures: AV's acceptance is the counters' per scheduled draft, and says so.
+    assert "| +0.0 pp (ON per scheduled draft) | — |" in md
+    assert "| 0.50 (per scheduled) | 3.00 | 3.00 (per scheduled) | — |" in md
+
+
+def test_av_acceptance_per_verified_draft_from_captures(tmp_path, run_factory):
+    store = run_factory(tmp_path, av_captured=True, repeats=1)
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "| +20.0 pp | 25% |" in md  # gain table: 0.70 per verified vs static's 0.50
+    assert "| av-k3 | c=1 |" in md and "| 0.70 | 3.00 | 2.25 | 25% |" in md
+    assert "(per scheduled)" not in md and "(ON per scheduled draft)" not in md
 
 
 def test_cpu_run_says_av_is_unsupported(tmp_path, run_factory):
