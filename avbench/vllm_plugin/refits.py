@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFITS_GLOB = "refits.*.jsonl"
+# Written once per process, on the first step() of an estimator: proof that one ran (AV arms
+# with a confidence head, and arms without AV, have none; avbench/capture.py).
+ESTIMATOR_GLOB = "estimator.*.json"
 REFIT_COLUMNS = (
     "time",
     "pid",
@@ -86,6 +89,7 @@ class RefitCapture:
     errors: int = 0
     pending: deque[_Pending] = field(default_factory=deque)
     _unsupported: set[int] = field(default_factory=set)  # ids of instances left alone
+    _seen: set[int] = field(default_factory=set)  # ids of instances that stepped
 
     def fail(self, where: str) -> None:
         self.errors += 1
@@ -103,6 +107,8 @@ class RefitCapture:
             self.drain(block=False)
             if id(est) in self._unsupported:
                 return False
+            if id(est) not in self._seen:
+                self._started(est)
             missing = [a for a in _INSTANCE_ATTRS if not hasattr(est, a)]
             if missing:
                 self._unsupported.add(id(est))
@@ -116,6 +122,22 @@ class RefitCapture:
         except Exception:
             self.fail("boundary check")
             return False
+
+    def _started(self, est: Any) -> None:
+        """One line per process saying an estimator runs here (a one-off small write)."""
+        self._seen.add(id(est))
+        tp, dp = _ranks()
+        marker = {
+            "time": time.time(),
+            "pid": os.getpid(),
+            "tp_rank": tp,
+            "dp_rank": dp,
+            "num_speculative_steps": getattr(est, "num_speculative_steps", None),
+        }
+        path = self.path.with_name(f"estimator.{os.getpid()}.json")
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(marker))
+        os.replace(tmp, path)
 
     def snapshot_counts(self, est: Any) -> Any:
         try:
@@ -251,6 +273,19 @@ def flush_refits() -> None:
     """Write every refit line still waiting for its device copy (waits for the device)."""
     if _capture is not None:
         _capture.close()
+
+
+def estimators_since(root: Path, since: float) -> list[dict]:
+    """The estimator markers under ``root`` written at or after ``since`` (unix time)."""
+    out = []
+    for path in sorted(Path(root).glob(ESTIMATOR_GLOB)):
+        try:
+            marker = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if marker.get("time", 0) >= since:
+            out.append(marker)
+    return out
 
 
 def read_refits(root: Path) -> pd.DataFrame:

@@ -114,13 +114,14 @@ def test_file_cell_writes_the_cells_drafts_and_refits(tmp_path):
     _capture_some(cap, "cmpl-other", 5, 3)  # another cell's request
     now = time.time()
     refit_lines(cap / f"refits.{7}.jsonl", 7, [now - 5, now - 1])
-    ac = ArmCapture(cap, CaptureSettings(("drafts", "refits")), "run", "tiny-cpu", "static-k3", 3,
+    ac = ArmCapture(cap, CaptureSettings(("drafts", "refits")), "run", "tiny-cpu", "av-k3", 3,
                     now - 10)  # fmt: skip
     row = file_cell(store.root, "c1", "gsm8k-tiny", ac, now - 2, ["cmpl-mine"])
     drafts = read_drafts(store.root / "drafts" / "c1.drafts.parquet", structure=True)
     assert drafts["label"].tolist() == [1, 0] and set(drafts["request_id"]) == {"cmpl-mine"}
-    assert drafts["run_id"].iloc[0].startswith("run/static-k3/pid")
+    assert drafts["run_id"].iloc[0].startswith("run/av-k3/pid")
     assert row["capture_draft_rows"] == 2 and row["capture_requests"] == 1
+    assert row["estimator"] == "online"
     assert row["refits"] == 1 and row["slope_start"] == 0.5 and row["slope_end"] == 0.6
     assert row["capture_errors"] == 0 and row["capture_flushed"]
 
@@ -167,3 +168,28 @@ def test_a_hand_made_av_capture_gives_the_exact_trimmed_share_and_verified_accep
     from avbench.cellrow import definition_of
 
     assert [c for c in s if definition_of(c) is None] == []
+
+
+def test_no_coefficients_where_no_estimator_ran(tmp_path):
+    """A static arm has no estimator, whatever lines its directory holds; an AV arm has one
+    only when the plugin saw it step (a DSpark confidence head decides without one); an AV arm
+    whose estimator has not refit yet runs on the cold start, shown as such."""
+    store = RunStore.create(tmp_path, "run", {"run_id": "run"})
+    now = time.time()
+    settings = CaptureSettings(("refits",))
+    static_dir, av_dir = tmp_path / "static", tmp_path / "av"
+    static_dir.mkdir()
+    av_dir.mkdir()
+    refit_lines(static_dir / "refits.7.jsonl", 7, [now - 5])
+    static = ArmCapture(static_dir, settings, "run", "p", "static-k3", 3, now - 10)
+    head = ArmCapture(av_dir, settings, "run", "p", "av-k3", 3, now - 10)
+    for ac in (static, head):
+        row = file_cell(store.root, "c", "w", ac, now - 2, [])
+        assert row["estimator"] == "none" and "slope_start" not in row and "refits" not in row
+    (store.root / "cells.jsonl").write_text(json.dumps({"cell_id": "c", **row}) + "\n")
+    refit_lines(av_dir / "refits.8.jsonl", 8, [now - 60])  # an earlier server's estimator
+    assert "no estimator ran in this arm's server" in render_estimator(store.root)
+    (av_dir / "estimator.9.json").write_text(json.dumps({"time": now - 9, "pid": 9}))
+    row = file_cell(store.root, "c", "w", head, now - 2, [])
+    assert row["estimator"] == "online" and row["refits"] == 0
+    assert row["slope_end"] == 0.5 and row["intercepts_end"] == [-0.2] * 3  # in force: cold

@@ -33,7 +33,10 @@ def rehearsal(vllm_src, tmp_path_factory) -> dict:
         [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    from avbench.vllm_plugin.refits import estimators_since
+
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    return seen | {"estimators": estimators_since(capture, 0.0)}
 
 
 def test_hooks_install_on_033s_classes_and_run_clean(rehearsal):
@@ -63,6 +66,9 @@ def test_av_rows_carry_the_estimators_feature_and_prediction(rehearsal):
     pred = [x for r in ("cmpl-a", "cmpl-b", "cmpl-c") for x in rehearsal["pred"][r]]
     assert f == rehearsal["av_f"] and pred == rehearsal["av_pred"]
     assert rehearsal["av_own_predicts"] == 0  # AV: no feature kernels of our own
+    # The refit capture saw 0.33's estimator step (the static arm has none): cells say "online".
+    (marker,) = rehearsal["estimators"]
+    assert marker["num_speculative_steps"] == 4
 
 
 def test_static_step_uses_033s_kernels_compiled_on_the_first_step(rehearsal):
