@@ -73,6 +73,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("acceptance_rate_per", Text, "", "what acceptance_rate is per: 'verified draft' on arms that verify every scheduled draft (static, dyn); 'scheduled draft' on AV arms, whose counters count drafts before AV trims them, so a trimmed draft counts as not accepted (verified_acceptance_rate, from captures, is per verified draft)."),
     Column("metric_notes", list | None, "", "things a reader of the row must know (e.g. a counter reset)."),
     Column("finished_at", Text, "UTC time", "when the row was stored."),
+    Column("attention_backend_chosen", Text, "", "attention backend(s) vLLM chose for this arm's server, from its log (comma-separated when target and drafter differ; empty where vLLM does not log it, as the CPU build's default backend)."),
+    Column("cudagraph_mode_chosen", Text, "", "CUDA-graph mode from the server log: the engine config's cudagraph_mode, or the last downgrade vLLM logged (AV's own choice is not logged: see cudagraphs_captured)."),
+    Column("cudagraphs_captured", Text, "", "kinds of CUDA graphs the server captured (FULL, PIECEWISE), from its capture progress bars; empty when none were captured."),
     # -- how it was measured (docs/measurement.md)
     Column("transport", Text, "", "HTTP client transport: avbench's own HTTP/1.1 transport (http://) or httpx's (https://)."),
     Column("event_loop", Text, "", "the load driver's event loop and its version."),

@@ -27,6 +27,7 @@ class SweepReporter:
     def request_done(self, record: RequestRecord) -> None: ...
     def cell_finished(self, cell: Cell, row: dict) -> None: ...
     def cell_failed(self, cell: Cell, reason: str) -> None: ...
+    def warning(self, text: str) -> None: ...
     def close(self) -> None: ...
 
 
@@ -132,6 +133,9 @@ class RichReporter(SweepReporter):
             self.progress.remove_task(self._task)
             self._task = None
         self.console.print(f"  [red]✗ {cell.id}[/]: {reason.splitlines()[0] if reason else ''}")
+
+    def warning(self, text: str) -> None:
+        self.console.print(f"[bold yellow]warning:[/] {text}", highlight=False)
 
     def close(self) -> None:
         self.progress.stop()

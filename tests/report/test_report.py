@@ -47,6 +47,21 @@ def test_av_acceptance_per_verified_draft_from_captures(tmp_path, run_factory):
     assert "(per scheduled)" not in md and "(ON per scheduled draft)" not in md
 
 
+def test_av_and_its_twin_on_different_backends_is_a_warning(tmp_path, run_factory):
+    same = {"attention_backend_chosen": "FLASH_ATTN", "cudagraph_mode_chosen": "FULL_AND_PIECEWISE"}
+    engine = {"static-k3": same, "av-k3": same}
+    md = write_report([run_factory(tmp_path / "a", engine=engine, repeats=1).root],
+                      static_figures=False).markdown.read_text()  # fmt: skip
+    assert "differ beyond AV" not in md
+    engine["av-k3"] = same | {"attention_backend_chosen": "FLASHINFER"}
+    md = write_report([run_factory(tmp_path / "b", engine=engine, repeats=1).root],
+                      static_figures=False).markdown.read_text()  # fmt: skip
+    assert (
+        "> static-k3 and av-k3 servers differ beyond AV: attention backend chosen FLASH_ATTN vs "
+        "FLASHINFER (from their logs)"
+    ) in md
+
+
 def test_cpu_run_says_av_is_unsupported(tmp_path, run_factory):
     store = run_factory(tmp_path, av_unsupported=True, repeats=1)
     md = write_report([store.root], static_figures=False).markdown.read_text()
