@@ -32,6 +32,10 @@ from avbench.errors import AvbenchError
 CAPTURE_KINDS = ("drafts", "refits", "steps")
 STEPS_SUFFIX = ".steps.parquet"
 COLD_SLOPE, COLD_INTERCEPT = 0.5, -0.2  # vLLM's cold start (acceptance_estimator.py)
+NO_ESTIMATOR = (
+    "no estimator ran in this arm's server (no AV, or AV with a DSpark confidence head): "
+    "no coefficients"
+)
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,31 @@ def read_captured(directory: Path, request_ids: Iterable[str] | None = None) -> 
     return pa.concat_tables(tables).to_pandas()
 
 
+def verified_summary(captured: pd.DataFrame) -> dict:
+    """Cell columns from captured draft rows (every label): how many scheduled drafts the target
+    verified (AV trims the rest before verification, ``LABEL_TRIMMED``) and how many of those it
+    accepted. vLLM's counters see only the scheduled drafts, so under AV this is the only
+    acceptance per verified draft there is."""
+    from avbench.estimator.drafts import LABEL_ACCEPTED, LABEL_TRIMMED
+
+    if captured.empty:
+        return {}
+    label = captured["label"].to_numpy()
+    scheduled = len(captured)
+    verified = int((label != LABEL_TRIMMED).sum())
+    accepted = int((label == LABEL_ACCEPTED).sum())
+    drafts = len(captured.drop_duplicates(["pid", "engine_request_id", "step"]))
+    return {
+        "captured_drafts": drafts,
+        "captured_scheduled_tokens": scheduled,
+        "captured_verified_tokens": verified,
+        "captured_accepted_tokens": accepted,
+        "trimmed_share": (scheduled - verified) / scheduled,
+        "verified_acceptance_rate": accepted / verified if verified else None,
+        "verified_tokens_per_draft": verified / drafts,
+    }
+
+
 def _first_rank(refits: pd.DataFrame) -> pd.DataFrame:
     # Tensor-parallel ranks refit identically; each data-parallel rank has its own estimator.
     if refits.empty:
@@ -141,7 +170,7 @@ def _first_rank(refits: pd.DataFrame) -> pd.DataFrame:
 
 def refit_summary(refits: pd.DataFrame, since: float, t0: float, t1: float, k: int) -> dict:
     """Cell columns: refits in [t0, t1] and the coefficients at t0 and at t1, for the
-    estimator of the server started at ``since``."""
+    estimator of the server started at ``since`` (one that ran: see ``estimator_ran``)."""
     r = _first_rank(refits.sort_values(["time", "refit_index"], kind="stable"))
     r = r[r["time"] >= since] if not r.empty else r
     before = r[r["time"] < t0] if not r.empty else r
@@ -160,6 +189,20 @@ def refit_summary(refits: pd.DataFrame, since: float, t0: float, t1: float, k: i
         "slope_end": float(end["slope"]),
         "intercepts_end": [float(x) for x in end["intercepts"]],
     }
+
+
+def estimator_ran(ac: ArmCapture, refits: pd.DataFrame) -> bool:
+    """Whether vLLM's online estimator ran in this arm's server: only AV arms create one, and
+    not when a DSpark confidence head decides instead. The plugin marks the first step() of
+    each estimator; refit lines are proof too."""
+    from avbench.plan import Arm
+    from avbench.vllm_plugin.refits import estimators_since
+
+    if Arm.parse(ac.arm).kind != "av":
+        return False
+    if estimators_since(ac.directory, ac.server_started):
+        return True
+    return not refits.empty and bool((refits["time"] >= ac.server_started).any())
 
 
 # ----------------------------------------------------------------------------- per cell
@@ -254,13 +297,17 @@ def file_cell(
             write_drafts(labeled, drafts_path(run_dir, cell_id))
         row["capture_draft_rows"] = 0 if labeled is None else len(labeled)
         row["capture_requests"] = int(captured["request_id"].nunique())
+        row |= verified_summary(captured)
     if "steps" in ac.settings.kinds:
         row |= _file_steps(run_dir, cell_id, ac, t_end, response_ids)
     if "refits" in ac.settings.kinds:
         from avbench.vllm_plugin.refits import read_refits
 
         refits = read_refits(ac.directory)
-        row |= refit_summary(refits, ac.server_started, cell_started, t_end, ac.k)
+        # No estimator, no coefficients: the cold start is in force only where one runs.
+        row["estimator"] = "online" if estimator_ran(ac, refits) else "none"
+        if row["estimator"] == "online":
+            row |= refit_summary(refits, ac.server_started, cell_started, t_end, ac.k)
     return row
 
 
@@ -362,6 +409,9 @@ def render_estimator(run_dir: Path) -> str:
     lines = [f"{store.root.name}: online estimator per cell (slope ω, intercepts β1..βK)"]
     for r in cells:
         lines.append(f"{r['cell_id']}:")
+        if r.get("estimator") == "none":
+            lines.append(f"  {NO_ESTIMATOR}")
+            continue
         if not r.get("refits"):
             lines.append(
                 f"  no refit during the cell; in force: {_coef(r['slope_end'], r['intercepts_end'])}"

@@ -28,6 +28,7 @@ class SweepReporter:
     def request_done(self, record: RequestRecord) -> None: ...
     def cell_finished(self, cell: Cell, row: dict) -> None: ...
     def cell_failed(self, cell: Cell, reason: str) -> None: ...
+    def warning(self, text: str) -> None: ...
     def close(self) -> None: ...
 
 
@@ -50,6 +51,13 @@ def cell_summary(row: dict) -> str:
             + ", ".join(f"{p:.2f}" for p in pos)
             + "]"
         )
+    if row.get("verified_acceptance_rate") is not None and row.get("arm_kind") == "av":
+        acc += (
+            f" | accepted/verified {row['verified_acceptance_rate']:.2f}, trimmed "
+            f"{row.get('trimmed_share') or 0:.0%} (captured)"
+        )
+    elif row.get("acceptance_rate_per") == "scheduled draft" and acc:
+        acc += " (counters: per scheduled draft, before AV trims)"
     fails = row.get("requests_failed") or 0
     same = identity_text(row, short=True)
     if same != "-":
@@ -126,6 +134,9 @@ class RichReporter(SweepReporter):
             self.progress.remove_task(self._task)
             self._task = None
         self.console.print(f"  [red]✗ {cell.id}[/]: {reason.splitlines()[0] if reason else ''}")
+
+    def warning(self, text: str) -> None:
+        self.console.print(f"[bold yellow]warning:[/] {text}", highlight=False)
 
     def close(self) -> None:
         self.progress.stop()

@@ -350,6 +350,8 @@ def _execute(
     previous_sigterm = _install_sigterm()
     outcome = SweepOutcome(store=store)
     reporter.run_started(store.root)
+    for text in capture_warnings(opts, install):
+        reporter.warning(text)
     secrets = _secrets(opts)
     try:
         finished = store.finished_cells()
@@ -387,6 +389,21 @@ def _execute(
     status = "finished" if not outcome.failed else "finished_with_failures"
     store.update_manifest(status=status, ended_at=utcnow(), counts=outcome.counts())
     return outcome
+
+
+def capture_warnings(opts: SweepOptions, install) -> list[str]:
+    """Captures a launched GPU server will not make: Model Runner V2 reads the drafter's
+    logits, which vLLM keeps only with probabilistic drafting (docs/capture.md)."""
+    settings = settings_for(opts.pair, opts.sweep)
+    if opts.endpoint or settings is None or "drafts" not in settings.kinds:
+        return []
+    if opts.sweep.draft_method == "probabilistic" or (install and install.is_cpu_build):
+        return []
+    return [
+        f"sweep {opts.sweep.name} captures drafts, but its arms draft with vLLM's default "
+        "method: on Model Runner V2 (the GPU build's default) the drafts capture needs "
+        "draft_sample_method = 'probabilistic' and stays off without it (set it in the sweep)"
+    ]
 
 
 def _mark_failed(store: RunStore, outcome: SweepOutcome, error: str) -> None:
@@ -483,6 +500,7 @@ def _run_cells(
     store, opts, arm, cells, base_url, model, server, workloads, reporter, outcome, capture=None
 ) -> None:
     secrets = _secrets(opts)
+    engine = _record_engine(store, arm, server, reporter)
     for i, cell in enumerate(cells):
         if server is not None and not server.alive():
             reason = f"vLLM server died during the arm (exit code {server.exit_code})"
@@ -516,6 +534,7 @@ def _run_cells(
             continue
         verdict = judge_cell(measured, server, base_url, opts)
         if verdict is None:
+            measured.row |= engine
             if capture is not None:
                 measured.row |= _file_capture(store, cell, capture, cell_started, measured)
             store.write_cell(measured.row, measured.records, measured.scrapes)
@@ -531,6 +550,37 @@ def _run_cells(
         if kind == "server_died" and server is None:  # attached: nothing to restart
             _fail_cells(store, cells[i + 1 :], reason, kind, reporter, outcome)
             return
+
+
+def _record_engine(store: RunStore, arm: Arm, server, reporter: SweepReporter) -> dict:
+    """What this arm's server chose (attention backend, CUDA graphs; avbench/server_log.py),
+    for its manifest entry and every cell row; a warning when it differs from what the AV
+    arm's OFF twin (or the twin's AV arm) chose in this run."""
+    from avbench.server_log import engine_choices, engine_differences
+
+    if server is None:  # attached: someone else's server, no log
+        return {}
+    try:
+        choices = engine_choices(server.log_path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return {}
+    arms = store.read_manifest().get("arms") or []
+    for a in arms:
+        if a.get("name") == arm.name:
+            a["engine"] = choices
+    store.update_manifest(arms=arms)
+    twin = {"av": "static", "static": "av"}.get(arm.kind)
+    other = next((a for a in arms if a.get("name") == f"{twin}-k{arm.k}"), None)
+    if twin and other and other.get("engine"):
+        off, on = (choices, other["engine"]) if arm.kind == "static" else (other["engine"], choices)
+        diff = engine_differences(off, on)
+        if diff:
+            reporter.warning(
+                f"static-k{arm.k} (OFF) and av-k{arm.k} (ON) servers differ beyond AV: "
+                f"{'; '.join(diff)}. The AV comparison includes that switch (pin the backend "
+                "in the sweep's attention_backend)."
+            )
+    return choices
 
 
 def _file_capture(store, cell, capture, cell_started: float, measured) -> dict:
@@ -743,6 +793,9 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
             if arm.kind == "av"
             else "unconditional accepted/drafts"
         ),
+        "acceptance_rate_per": None
+        if arm.kind == "baseline"
+        else ("scheduled draft" if arm.kind == "av" else "verified draft"),
     }
     row |= metrics.values
     row["metric_notes"] = list(metrics.notes) or None

@@ -200,8 +200,9 @@ def speculative_config(pair: Pair, arm: Arm, sweep: Sweep | None = None) -> dict
         cfg["enable_adaptive_verification"] = True
     if draft_method:
         cfg["draft_sample_method"] = draft_method
-    if sweep and sweep.attention_backend:
-        cfg["attention_backend"] = sweep.attention_backend
+    backend = sweep.attention_backend_for(pair.name) if sweep else None
+    if backend:
+        cfg["attention_backend"] = backend
     if arm.kind == "dyn":
         if sweep is None or sweep.schedule is None:
             raise ValueError(f"{arm.name}: a dyn arm runs the sweep's schedule; none given")
@@ -227,8 +228,9 @@ def build_command(
     if pair.data_parallel > 1:
         cmd += ["--data-parallel-size", str(pair.data_parallel)]
     cmd += list(pair.serve_flags)
-    if sweep and sweep.attention_backend:
-        cmd += ["--attention-backend", sweep.attention_backend]
+    backend = sweep.attention_backend_for(pair.name) if sweep else None
+    if backend:
+        cmd += ["--attention-backend", backend]
     spec = speculative_config(pair, arm, sweep)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec, sort_keys=True)]

@@ -101,7 +101,8 @@ class Sweep(BaseModel):
     # None: "probabilistic" when the sweep has an AV arm, else vLLM's default.
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None
     # Pinned for the target (--attention-backend) and the drafter, in every arm; None: vLLM picks.
-    attention_backend: str | None = None
+    # A table {pair = backend} pins it per pair (a pair not named: vLLM picks).
+    attention_backend: str | dict[str, str] | None = None
     # The dyn arm's num_speculative_tokens_per_batch_size: [[first, last, K], ...] batch sizes.
     schedule: list[tuple[int, int, int]] | None = None
     requests_per_concurrency: int = Field(8, gt=0)  # requests = max(rpc × c, min_requests)
@@ -149,6 +150,12 @@ class Sweep(BaseModel):
                 "distribution and needs 'probabilistic'"
             )
         return self
+
+    def attention_backend_for(self, pair: str) -> str | None:
+        """The backend pinned for ``pair``'s arms, None when vLLM picks."""
+        if isinstance(self.attention_backend, dict):
+            return self.attention_backend.get(pair)
+        return self.attention_backend
 
     @property
     def draft_method(self) -> str | None:
@@ -258,12 +265,14 @@ def load_suite(root: Path | None = None) -> Suite:
                 f"{p.default_sweep!r} (defined: {', '.join(sorted(sweeps))})"
             )
     for s in sweeps.values():
-        for name in s.pairs:
-            if name not in pairs:
-                raise SuiteError(
-                    f"{root / 'sweeps.toml'}: sweeps.{s.name}.pairs: unknown pair {name!r} "
-                    f"(defined: {', '.join(sorted(pairs))})"
-                )
+        pinned = s.attention_backend if isinstance(s.attention_backend, dict) else {}
+        for field, names in (("pairs", s.pairs), ("attention_backend", pinned)):
+            for name in names:
+                if name not in pairs:
+                    raise SuiteError(
+                        f"{root / 'sweeps.toml'}: sweeps.{s.name}.{field}: unknown pair "
+                        f"{name!r} (defined: {', '.join(sorted(pairs))})"
+                    )
     return Suite(pairs=pairs, workloads=workloads, sweeps=sweeps, root=root)
 
 

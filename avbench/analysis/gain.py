@@ -8,20 +8,15 @@ table says so instead of guessing.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from avbench.analysis.points import POOLED
+from avbench.analysis.points import POOLED, as_number, per_verified
 
 Verdict = Literal["ON faster", "ON slower", "within noise", "no change"]
-
-
-def _num(v) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def _pct(off: float | None, on: float | None) -> float | None:
@@ -42,7 +37,11 @@ class GainRow:
     tpot_delta_pct: float | None
     accept_len_off: float | None
     accept_len_on: float | None
+    # Accepted per verified draft ON minus OFF; when ON (AV) has no captures its counters are
+    # per scheduled draft and ``accept_rate_per_verified`` is False (the page says so).
     accept_rate_delta_pp: float | None
+    accept_rate_per_verified: bool = True
+    trimmed_on: float | None = None  # share of ON's scheduled drafts AV trimmed (captures)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -76,11 +75,13 @@ class GainTable:
 
 
 def _row(workload: str, off: pd.Series, on: pd.Series) -> GainRow:
-    cols = ("y", "y_spread", "tpot_ms", "acceptance_length", "acceptance_rate")
-    g = {side: {k: _num(s.get(k)) for k in cols} for side, s in (("off", off), ("on", on))}
+    cols = ("y", "y_spread", "tpot_ms", "acceptance_length")
+    g = {side: {k: as_number(s.get(k)) for k in cols} for side, s in (("off", off), ("on", on))}
     spreads = [g["off"]["y_spread"], g["on"]["y_spread"]]
     noise = None if None in spreads else max(spreads) * 100.0
-    rate_off, rate_on = g["off"]["acceptance_rate"], g["on"]["acceptance_rate"]
+    (rate_off, off_verified), (rate_on, on_verified) = (
+        per_verified(s, "acceptance_rate") for s in (off, on)
+    )
     return GainRow(
         workload=workload,
         tput_off=g["off"]["y"],
@@ -95,6 +96,8 @@ def _row(workload: str, off: pd.Series, on: pd.Series) -> GainRow:
         accept_rate_delta_pp=None
         if rate_off is None or rate_on is None
         else (rate_on - rate_off) * 100.0,
+        accept_rate_per_verified=off_verified and on_verified,
+        trimmed_on=as_number(on.get("trimmed_share")),
     )
 
 
@@ -122,6 +125,8 @@ def _mean_row(rows: list[GainRow]) -> GainRow | None:
         accept_len_off=m("accept_len_off"),
         accept_len_on=m("accept_len_on"),
         accept_rate_delta_pp=m("accept_rate_delta_pp"),
+        accept_rate_per_verified=all(r.accept_rate_per_verified for r in rows),
+        trimmed_on=m("trimmed_on"),
     )
 
 

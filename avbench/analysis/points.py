@@ -9,6 +9,9 @@ workload at some load and repeat has no pooled point there.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -22,6 +25,15 @@ MEAN_COLUMNS = {
     "ttft_ms_median": "ttft_ms",
     "acceptance_length": "acceptance_length",
     "acceptance_rate": "acceptance_rate",
+    # From live captures (AV arms: the drafts the target verified, not those AV trimmed).
+    "verified_acceptance_rate": "verified_acceptance_rate",
+    "verified_tokens_per_draft": "verified_tokens_per_draft",
+    "trimmed_share": "trimmed_share",
+}
+# A counter column and its per-verified-draft twin from captures.
+PER_VERIFIED = {
+    "acceptance_rate": "verified_acceptance_rate",
+    "draft_tokens_per_draft": "verified_tokens_per_draft",
 }
 SUM_COLUMNS = ("num_drafts", "num_draft_tokens", "output_tokens")
 KEYS = ["pair", "workload", "arm", "load"]
@@ -140,6 +152,25 @@ def build_points(cells: pd.DataFrame) -> pd.DataFrame:
     per_workload = _aggregate(per_repeat)
     pooled = _aggregate(_pool_workloads(per_repeat))
     return pd.concat([per_workload, pooled], ignore_index=True)
+
+
+def per_verified(point: Mapping, column: str) -> tuple[float | None, bool]:
+    """A point's ``column`` (a PER_VERIFIED key) per verified draft, and whether it is that.
+
+    Arms without AV verify every scheduled draft, so their counters already are. vLLM's
+    counters count the drafts scheduled before AV trims them: an AV point takes its captured
+    value, or, without captures, the counters' value per scheduled draft (False)."""
+    if point.get("arm_kind") != "av":
+        return as_number(point.get(column)), True
+    captured = as_number(point.get(PER_VERIFIED[column]))
+    if captured is not None:
+        return captured, True
+    return as_number(point.get(column)), False
+
+
+def as_number(v) -> float | None:
+    """A point's value, None where it is missing (None or NaN)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def views(points: pd.DataFrame) -> list[tuple[str, str]]:

@@ -58,7 +58,8 @@ def num_drafts(data: CellData, deps: Mapping[str, Any]) -> float:
     "num_draft_tokens",
     unit="tokens",
     inputs=("counters",),
-    definition="Δ vllm:spec_decode_num_draft_tokens over the window.",
+    definition="Δ vllm:spec_decode_num_draft_tokens over the window: draft tokens scheduled "
+    "for verification (under AV, before AV trims them).",
 )
 def num_draft_tokens(data: CellData, deps: Mapping[str, Any]) -> float:
     return need(_spec(data).draft_tokens, "draft tokens counter")
@@ -80,7 +81,9 @@ def num_accepted(data: CellData, deps: Mapping[str, Any]) -> float:
     inputs=("counters",),
     requires=("num_accepted", "num_draft_tokens"),
     definition="acceptance rate: Δaccepted / Δdraft_tokens over the window, a fraction in "
-    "[0, 1] (vLLM's benchmark client prints the same ratio in percent).",
+    "[0, 1] (vLLM's benchmark client prints the same ratio in percent). Per verified draft on "
+    "arms without AV; under AV per scheduled draft, trimmed drafts counting as not accepted "
+    "(acceptance_rate_per says which; verified_acceptance_rate is AV's per verified draft).",
 )
 def acceptance_rate(data: CellData, deps: Mapping[str, Any]) -> float:
     return ratio(deps["num_accepted"], deps["num_draft_tokens"], "acceptance rate")

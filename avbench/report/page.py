@@ -20,7 +20,7 @@ import pandas as pd
 
 from avbench.analysis.frontier import frontier_count
 from avbench.analysis.gain import comparisons, gain_tables
-from avbench.analysis.points import POOLED, build_points, normalize_cells, views
+from avbench.analysis.points import POOLED, build_points, normalize_cells, per_verified, views
 from avbench.analysis.schedule import check_dyn
 from avbench.errors import StoreFull
 from avbench.report import figures as figs
@@ -29,6 +29,7 @@ from avbench.report.answer import answers
 from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
+from avbench.server_log import ENGINE_COLUMNS, engine_differences
 from avbench.store import write_together
 
 CSS = """
@@ -179,13 +180,23 @@ def _header(page: _Page, rs: RunSet) -> None:
         seen = rs.cells[rs.cells["run_id"] == r.run_id] if not rs.cells.empty else rs.cells
         for a in r.manifest.get("arms") or []:
             spec = _arm_config(seen, a)
-            configs.append((r.run_id, a["name"], spec))
+            engine = a.get("engine") or {}
+            chosen = [engine.get(c) or tables.MISSING for c in ENGINE_COLUMNS]
+            configs.append((r.run_id, a["name"], spec, *chosen))
     if configs:
         page.table(
             tables.Table(
-                ("run", "arm", "speculative config"),
+                (
+                    "run",
+                    "arm",
+                    "speculative config",
+                    "attention backend",
+                    "CUDA-graph mode",
+                    "graphs captured",
+                ),  # fmt: skip
                 tuple(configs),
-                "Arms (speculative arms share draft_sample_method and any pinned attention backend)",
+                "Arms (speculative arms share draft_sample_method and any pinned attention "
+                "backend; what each server chose is read from its log)",
             )
         )
     for nm in rs.not_measured():
@@ -302,7 +313,11 @@ def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
     page.section("AV OFF → ON (and fixed K → schedule)")
     page.text(
         "OFF and ON differ in one switch. Δ is ON vs OFF; noise is the larger repeat spread "
-        "(max − min) / mean of the two arms; a change no larger than it is within noise."
+        "(max − min) / mean of the two arms; a change no larger than it is within noise. "
+        "Δ accepted/verified compares acceptance per verified draft: vLLM's counters count the "
+        "drafts AV scheduled before trimming them, so an AV arm's figure comes from its live "
+        "captures (ON trimmed: the share of scheduled drafts AV trimmed); without captures it is "
+        "the counters' per scheduled draft, marked so, and lower by construction."
     )
     av_missing = [nm for nm in rs.not_measured() if nm.arm.startswith("av-")]
     cells = rs.with_predictions()
@@ -328,12 +343,30 @@ def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
             pred = points[(points["pair"] == pair) & points["arm"].isin([off, on])]
             for arm in sorted(set(pred.loc[pred["predicted"], "arm"])):
                 page.text(f"{arm} is predicted (avbench predict), not measured.", "warn")
+            diff = engine_differences(_engine_of(rs, pair, off), _engine_of(rs, pair, on))
+            if diff:
+                page.text(
+                    f"{off} and {on} servers differ beyond AV: {'; '.join(diff)} (from their "
+                    "logs). The gain includes that switch; pin the attention backend in the "
+                    "sweep (attention_backend) to isolate AV.",
+                    "warn",
+                )
             for t in gain_tables(points, pair, off, on):
                 page.text(tables.gain_summary(t))
                 page.table(tables.gain_table(t))
                 shown = True
     if not shown and not av_missing:
         page.text("No arm pair to compare (needs static-kK with av-kK or dyn-kK).")
+
+
+def _engine_of(rs: RunSet, pair: str, arm: str) -> dict:
+    """What the arm's servers chose (ENGINE_COLUMNS of its cells), distinct values joined."""
+    cells = rs.cells[(rs.cells["pair"] == pair) & (rs.cells["arm"] == arm)]
+    return {
+        col: " / ".join(sorted(set(cells[col].dropna()))) or None
+        for col in ENGINE_COLUMNS
+        if col in cells
+    }
 
 
 def _schedule_of(rs: RunSet, pair: str, arm: str) -> list | None:
@@ -398,8 +431,21 @@ def _latency(page: _Page, rs: RunSet) -> None:
         )
 
 
+def _per_verified(point: pd.Series, column: str) -> str:
+    """A point's acceptance figure per verified draft, or marked as per scheduled draft."""
+    value, verified = per_verified(point, column)
+    text = tables.fmt(value, ".2f")
+    return text if verified or value is None else f"{text} (per scheduled)"
+
+
 def _cells(page: _Page, points: pd.DataFrame) -> None:
     page.section("Points (mean over repeats)")
+    page.text(
+        "accept rate and verified/draft are per verified draft: from the counters on arms "
+        "without AV, from live captures on AV arms (their counters count scheduled drafts, "
+        "before AV trims them: where nothing was captured the counters' figure is shown, marked "
+        "'per scheduled'). trimmed: captured share of scheduled drafts AV trimmed."
+    )
     rows = tuple(
         (
             r["pair"],
@@ -411,7 +457,10 @@ def _cells(page: _Page, points: pd.DataFrame) -> None:
             tables.fmt(r["tpot_ms"], ".2f"),
             tables.fmt(r["ttft_ms"], ".1f"),
             tables.fmt(r["acceptance_length"], ".2f"),
+            _per_verified(r, "acceptance_rate"),
             tables.fmt(r["draft_tokens_per_draft"], ".2f"),
+            _per_verified(r, "draft_tokens_per_draft"),
+            tables.fmt(r["trimmed_share"] * 100, ".0f", "%"),
             tables.fmt(r["y_spread"] * 100, ".1f", "%"),
             str(int(r["repeats"])),
         )
@@ -429,7 +478,10 @@ def _cells(page: _Page, points: pd.DataFrame) -> None:
                 "median TPOT ms",
                 "median TTFT ms",
                 "accept length",
-                "draft tokens/draft",
+                "accept rate",
+                "scheduled/draft",
+                "verified/draft",
+                "trimmed",
                 "spread",
                 "repeats",
             ),

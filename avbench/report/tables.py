@@ -60,6 +60,13 @@ def _mark(r: GainRow) -> str:
     return f"{v} beyond noise"
 
 
+def _accept_delta(r: GainRow) -> str:
+    text = fmt(r.accept_rate_delta_pp, "+.1f", " pp")
+    if r.accept_rate_delta_pp is not None and not r.accept_rate_per_verified:
+        text += " (ON per scheduled draft)"
+    return text
+
+
 def gain_table(t: GainTable) -> Table:
     rows = []
     for r in [*t.rows, *([t.mean] if t.mean and len(t.rows) > 1 else [])]:
@@ -72,11 +79,12 @@ def gain_table(t: GainTable) -> Table:
                 arrow(r.tpot_off, r.tpot_on, ".2f"),
                 fmt(r.tpot_delta_pct, "+.1f", "%"),
                 arrow(r.accept_len_off, r.accept_len_on, ".2f"),
-                fmt(r.accept_rate_delta_pp, "+.1f", " pp"),
+                _accept_delta(r),
+                fmt(None if r.trimmed_on is None else r.trimmed_on * 100, ".0f", "%"),
                 _mark(r),
             )
         )
-    rows += [(w, *[MISSING] * 7, "not measured in both arms") for w in t.missing]
+    rows += [(w, *[MISSING] * 8, "not measured in both arms") for w in t.missing]
     return Table(
         header=(
             "workload",
@@ -86,7 +94,8 @@ def gain_table(t: GainTable) -> Table:
             "median TPOT ms OFF → ON",
             "Δ TPOT",
             "accept length OFF → ON",
-            "Δ accepted/drafted",
+            "Δ accepted/verified",
+            "ON trimmed",
             "",
         ),
         rows=tuple(rows),

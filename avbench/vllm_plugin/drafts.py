@@ -22,6 +22,10 @@ class DraftCapture:
         self.step_spec: dict = {}  # request -> drafts scheduled for verification this step
         self.current = None  # the V1 proposal being drafted
         self.v2_verdict = None  # (num_sampled, num_rejected) of this step, Model Runner V2
+        # Model Runner V2: vLLM's estimator module that computes our logit(q_max) (None: its
+        # kernels on a GPU, the numpy transcription on CPU), and whether they were compiled.
+        self.kernels = None
+        self.primed = False
         self._ids: dict[str, str | None] = {}  # engine id -> client id if sampled, else None
         self._writer = None
         self._rank: tuple[bool, int] | None = None

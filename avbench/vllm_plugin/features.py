@@ -7,6 +7,10 @@ it is avbench's transcription of those kernels, ``estimator.features.vllm_logit_
 Triton's interpreter reproduces bit for bit. One definition, no third copy.
 q is the drafter's distribution after temperature scaling; temperature <= 0 (greedy) leaves the
 logits unscaled, as the kernel does.
+
+Every function takes logits of one draft position per request, (n, V), or of a whole step,
+(n, K, V), with one temperature per request: a step's features are computed in one pass over
+all its positions (a handful of device operations, not a handful per position).
 """
 
 from __future__ import annotations
@@ -18,67 +22,80 @@ import torch
 from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE
 
 
+def _per_request(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` (one value per request) shaped to broadcast against ``like`` (n, ...)."""
+    return t.reshape(t.shape + (1,) * (like.dim() - t.dim()))
+
+
 def scaled(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tensor:
-    """float32 logits divided by each row's temperature (rows with temperature <= 0 kept)."""
+    """float32 logits divided by each request's temperature (temperature <= 0 kept)."""
     z = logits.float()
     if temperature is None:
         return z
     t = temperature.float()
     t = torch.where(t > 0, t, torch.ones_like(t))
-    return z / t[:, None]
+    return z / _per_request(t, z)
 
 
 def logit_qmax(
     logits: torch.Tensor, temperature: torch.Tensor | None, kernels: ModuleType | None = None
 ) -> torch.Tensor:
-    """vLLM's float32 logit(q_max) of each row of unscaled ``logits`` (rows, vocab).
+    """vLLM's float32 logit(q_max) of unscaled ``logits`` (n, V) or (n, K, V): shape (n,) or
+    (n, K).
 
     CPU tensors use the numpy transcription unless ``kernels`` (vLLM's estimator module) is
     given; device tensors always use vLLM's kernels."""
     if logits.device.type == "cpu" and kernels is None:
         from avbench.estimator.features import vllm_logit_qmax
 
-        t = 0.0 if temperature is None else temperature.float().numpy()
+        t = 0.0 if temperature is None else _per_request(temperature.float(), logits[..., 0])
+        t = t if isinstance(t, float) else t.numpy()
         return torch.from_numpy(vllm_logit_qmax(logits.float().numpy(), t))
     if kernels is None:
         import importlib
 
         kernels = importlib.import_module(ESTIMATOR_MODULE)
-    rows, dev = logits.shape[0], logits.device
-    temp = torch.zeros(rows, device=dev) if temperature is None else temperature.float()
-    # A scratch estimator: its predict() runs the feature kernels into its own buffers.
-    est = kernels.OnlineAcceptanceEstimator(rows, 1, dev)
+    z = logits if logits.dim() == 3 else logits[:, None, :]
+    n, k, vocab = z.shape
+    dev = z.device
+    temp = torch.zeros(n, device=dev) if temperature is None else temperature.float()
+    # A scratch estimator with one row per request: one predict() with a per-row draft step
+    # runs the feature kernels over every (request, position) into its own buffers.
+    est = kernels.OnlineAcceptanceEstimator(n, k, dev)
+    rows = torch.arange(n, device=dev, dtype=torch.int64)
     est.predict(
-        logits.float().contiguous(),
-        torch.arange(rows, device=dev, dtype=torch.int64),
-        torch.zeros((), device=dev, dtype=torch.int64),
-        torch.zeros(rows, 1, device=dev),
+        z.reshape(n * k, vocab).contiguous(),
+        rows.repeat_interleave(k),
+        torch.arange(k, device=dev, dtype=torch.int64).repeat(n),
+        torch.zeros(n, k, device=dev),
         temp.contiguous(),
     )
-    return est.features[:, 0].clone()
+    f = est.features.clone()
+    return f if logits.dim() == 3 else f[:, 0]
 
 
 def draft_features(
-    logits: torch.Tensor, temperature: torch.Tensor | None
+    logits: torch.Tensor,
+    temperature: torch.Tensor | None,
+    with_f: bool = True,
+    kernels: ModuleType | None = None,
 ) -> dict[str, torch.Tensor]:
-    """f (vLLM's float32 logit(q_max)), q_max, entropy (nats) and log q of each row."""
+    """q_max, entropy (nats) and log q of each draft distribution, and f (vLLM's float32
+    logit(q_max)) unless ``with_f`` is False (the estimator computed it already)."""
     logq = torch.log_softmax(scaled(logits, temperature), dim=-1)
     q = logq.exp()
-    ent = -torch.where(q > 0, q * logq, torch.zeros_like(q)).sum(-1)
-    return {
-        "f": logit_qmax(logits, temperature).to(logits.device),
-        "q_max": q.amax(-1),
-        "entropy": ent.clamp_min(0.0),
-        "logq": logq,
-    }
+    out = {"q_max": q.amax(-1), "entropy": torch.special.entr(q).sum(-1), "logq": logq}
+    if with_f:
+        out["f"] = logit_qmax(logits, temperature, kernels).to(logits.device)
+    return out
 
 
 def sampled_prob(
     logq: torch.Tensor, tokens: torch.Tensor, greedy: torch.Tensor | None
 ) -> torch.Tensor:
     """Probability of the drafted token under the distribution it was drawn from: q[token], or
-    1 for rows drafted by argmax (greedy drafting or a greedy request)."""
-    p = logq.gather(-1, tokens.long()[:, None])[:, 0].exp()
+    1 for requests drafted by argmax (greedy drafting or a greedy request)."""
+    p = logq.gather(-1, tokens.long()[..., None])[..., 0].exp()
     if greedy is None:
         return p
-    return torch.where(greedy, torch.ones_like(p), p)
+    return torch.where(_per_request(greedy, p), torch.ones_like(p), p)

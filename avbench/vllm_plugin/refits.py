@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFITS_GLOB = "refits.*.jsonl"
+# Written once per process, on the first step() of an estimator: proof that one ran (AV arms
+# with a confidence head, and arms without AV, have none; avbench/capture.py).
+ESTIMATOR_GLOB = "estimator.*.json"
 REFIT_COLUMNS = (
     "time",
     "pid",
@@ -101,6 +104,7 @@ class RefitCapture:
     errors: int = 0
     pending: queue.Queue = field(default_factory=queue.Queue)
     _unsupported: set[int] = field(default_factory=set)  # ids of instances left alone
+    _seen: set[int] = field(default_factory=set)  # ids of instances that stepped
     _writer: threading.Thread | None = None
 
     def fail(self, where: str) -> None:
@@ -118,6 +122,8 @@ class RefitCapture:
         try:
             if id(est) in self._unsupported:
                 return False
+            if id(est) not in self._seen:
+                self._started(est)
             missing = [a for a in _INSTANCE_ATTRS if not hasattr(est, a)]
             if missing:
                 self._unsupported.add(id(est))
@@ -131,6 +137,22 @@ class RefitCapture:
         except Exception:
             self.fail("boundary check")
             return False
+
+    def _started(self, est: Any) -> None:
+        """One line per process saying an estimator runs here (a one-off small write)."""
+        self._seen.add(id(est))
+        tp, dp = _ranks()
+        marker = {
+            "time": time.time(),
+            "pid": os.getpid(),
+            "tp_rank": tp,
+            "dp_rank": dp,
+            "num_speculative_steps": getattr(est, "num_speculative_steps", None),
+        }
+        path = self.path.with_name(f"estimator.{os.getpid()}.json")
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(marker))
+        os.replace(tmp, path)
 
     def snapshot_counts(self, est: Any) -> Any:
         try:
@@ -265,6 +287,19 @@ def flush_refits() -> None:
         _capture.close()
 
 
+def estimators_since(root: Path, since: float) -> list[dict]:
+    """The estimator markers under ``root`` written at or after ``since`` (unix time)."""
+    out = []
+    for path in sorted(Path(root).glob(ESTIMATOR_GLOB)):
+        try:
+            marker = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if marker.get("time", 0) >= since:
+            out.append(marker)
+    return out
+
+
 def refit_lines(root: Path) -> list[dict[str, Any]]:
     """Every refit line under ``root`` (searched recursively) as a dict of ``REFIT_COLUMNS``
     plus ``file`` (relative to ``root``), by file then refit index. A torn last line (a process
@@ -273,6 +308,7 @@ def refit_lines(root: Path) -> list[dict[str, Any]]:
     root = Path(root)
     if not root.is_dir():
         raise RefitCaptureError(f"{root}: not a directory (expected a capture directory)")
+
     def check(row: dict) -> None:
         missing = [c for c in REFIT_COLUMNS if c not in row]
         if missing:

@@ -17,10 +17,15 @@ The verdict on the previous drafts comes from ``observe_verification(idx_mapping
 num_rejected)``: accepted = num_sampled - 1, verified (admitted by AV) = accepted + num_rejected;
 scheduled drafts past that were trimmed by AV.
 
-Device cost: a few gathers and one non-blocking copy into pinned memory per step, with an
-event; the host reads it on the capture thread after the event. No device sync is added to the
-engine's thread. The gather of ``draft_logits`` (sampled rows x K x vocabulary) and the feature
-math on it are the real cost; ``draft_fraction`` bounds it.
+Host cost on the engine thread, per step with a sampled request: about 30 tensor operations
+whatever K is (features of all positions at once; on AV arms the estimator's own feature is
+read instead of computed, and the feature kernels are compiled on the first step, not on the
+first captured one), counted by ``bench/plugin_capture.py``. Device cost: a few gathers and one
+non-blocking copy into pinned memory, with an event; the host reads it on the capture thread
+after the event. No device sync is added to the engine's thread. Memory beside vLLM's profile:
+the gathered ``draft_logits`` (sampled requests x K x vocabulary) and a few float32
+temporaries of its size, in chunks of at most ``MAX_CHUNK_ELEMENTS`` logits;
+``draft_fraction`` bounds how many requests there are.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from avbench.vllm_plugin.runtime import guarded, wrap_method
 _RUNNER = "vllm.v1.worker.gpu.model_runner"
 _SPECULATOR = "vllm.v1.worker.gpu.spec_decode.speculator"
 _SAMPLING_EPS = 1e-5
+# Draft logits (requests x K x vocabulary) whose features are computed at once: 8 Mi elements,
+# 32 MiB per float32 temporary (a step of 6 requests x K 8 x 152k vocabulary is one chunk).
+MAX_CHUNK_ELEMENTS = 1 << 23
 
 
 def patch(cap: DraftCapture, module_name: str, module) -> None:
@@ -109,6 +117,14 @@ def _after_sample(cap: DraftCapture, runner, batch) -> None:
 
     from avbench.vllm_plugin.sink import HostCopy, Proposal, Verdict
 
+    if getattr(runner, "pcp_manager", None) is not None:
+        # Under prefill context parallelism sample_tokens re-gathers the batch after this hook
+        # read it, so its rows would not line up with num_sampled.
+        cap.disable("drafts capture on Model Runner V2 with prefill context parallelism")
+        return
+    spec = runner.speculator
+    if not cap.primed:
+        _prime(cap, runner)
     req_ids = list(batch.req_ids)
     sel = [i for i, e in enumerate(req_ids) if cap.client_id(e) is not None]
     verdict, cap.v2_verdict = cap.v2_verdict, None
@@ -130,16 +146,16 @@ def _after_sample(cap: DraftCapture, runner, batch) -> None:
             sched = [cap.step_spec.get(e, 0) for e in eids]
             copy = HostCopy({"accepted": acc, "admitted": adm})
             cap.submit(Verdict(cap.step, cap.now(), eids, sched, copy, copy))
-        spec = runner.speculator
         logits = getattr(spec, "draft_logits", None)
         if logits is None:
             cap.disable("drafts capture on Model Runner V2 needs draft_sample_method=probabilistic")
             return
         tokens = runner.req_states.draft_tokens.index_select(0, idx)  # (n, K)
         temp = runner.sampler.sampling_states.temperature.gpu.index_select(0, idx).float()
-        data = _features(logits.index_select(0, idx), tokens, temp)
         est = getattr(spec, "acceptance_estimator", None)
-        if est is not None:  # AV: the kernel's own feature and the prediction it made
+        # AV: the kernel's own feature and the prediction it made replace our feature.
+        data = step_features(logits, idx, tokens, temp, est is None, cap.kernels)
+        if est is not None:
             data["f"] = est.features.index_select(0, idx)[:, : tokens.shape[1]]
             data["pred"] = est.predictions.index_select(0, idx)[:, : tokens.shape[1]]
         if getattr(spec, "use_confidence_head", False):
@@ -149,18 +165,45 @@ def _after_sample(cap: DraftCapture, runner, batch) -> None:
         cap.submit(Proposal(cap.step, eids, cids, HostCopy(data)))
 
 
-def _features(logits, tokens, temp) -> dict:
-    """Per position k: features of logits[:, k, :] scaled by each row's temperature."""
+def _prime(cap: DraftCapture, runner) -> None:
+    """Compile our feature kernels on the first step (vLLM's warmup, or a cell's warmup
+    requests) rather than on the first captured step, which may fall inside a measured window.
+    AV arms never run them (the estimator's own feature is used)."""
+    cap.primed = True
+    spec = runner.speculator
+    logits = getattr(spec, "draft_logits", None)
+    if logits is None or getattr(spec, "acceptance_estimator", None) is not None:
+        return
+    from avbench.vllm_plugin.features import logit_qmax
+
+    temp = runner.sampler.sampling_states.temperature.gpu[:1].float()
+    logit_qmax(logits[:1], temp, cap.kernels)
+
+
+def step_features(logits, idx, tokens, temp, with_f: bool, kernels=None) -> dict:
+    """Features of every (request, position) of one step from the drafter's per-slot logits
+    buffer ``logits`` (slots, K, V) at slots ``idx``, a whole step at a time; requests go in
+    chunks of at most ``MAX_CHUNK_ELEMENTS`` logits, which bounds the memory this takes beside
+    what vLLM profiled (its copy of the logits and a few float32 temporaries of that size)."""
     import torch
 
+    per = max(1, MAX_CHUNK_ELEMENTS // max(1, logits.shape[1] * logits.shape[2]))
+    parts = [
+        _chunk_features(
+            logits, idx[s : s + per], tokens[s : s + per], temp[s : s + per], with_f, kernels
+        )
+        for s in range(0, idx.shape[0], per)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+
+
+def _chunk_features(logits, idx, tokens, temp, with_f: bool, kernels) -> dict:
     from avbench.vllm_plugin.features import draft_features, sampled_prob
 
-    greedy = temp < _SAMPLING_EPS
-    cols: dict[str, list] = {"f": [], "q_max": [], "entropy": [], "q_sampled": []}
-    for k in range(tokens.shape[1]):
-        ft = draft_features(logits[:, k, :], temp)
-        tok = tokens[:, k].clamp_min(0)  # -1 marks positions not drafted this step
-        cols["q_sampled"].append(sampled_prob(ft["logq"], tok, greedy))
-        for key in ("f", "q_max", "entropy"):
-            cols[key].append(ft[key])
-    return {key: torch.stack(v, dim=1) for key, v in cols.items()}
+    ft = draft_features(logits.index_select(0, idx), temp, with_f, kernels)
+    tok = tokens.clamp_min(0)  # -1 marks positions not drafted this step
+    out = {key: ft[key] for key in ("f", "q_max", "entropy") if key in ft}
+    out["q_sampled"] = sampled_prob(ft["logq"], tok, temp < _SAMPLING_EPS)
+    return out

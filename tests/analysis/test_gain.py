@@ -62,3 +62,18 @@ def test_comparisons_pair_each_switch_with_its_fixed_k(points, cell):
     )  # fmt: skip
     arms = p[["pair", "arm", "arm_kind"]].drop_duplicates()
     assert comparisons(arms) == [("static-k3", "av-k3"), ("static-k3", "dyn-k3")]
+
+
+def test_av_acceptance_is_compared_per_verified_draft_when_captured(points, cell):
+    """AV's counters count scheduled drafts: with captures the table compares per verified
+    draft; without, it keeps the counters' figure and says it is per scheduled draft."""
+    off = cell("static-k4", 8, [100, 100], accept_rate=0.50)
+    on = cell("av-k4", 8, [110, 110], accept_rate=0.30)  # trims counted as not accepted
+    (t,) = gain_tables(points(off, on), "p", "static-k4", "av-k4")
+    assert t.rows[0].accept_rate_delta_pp == pytest.approx(-20.0)
+    assert not t.rows[0].accept_rate_per_verified and t.rows[0].trimmed_on is None
+    for row in on:
+        row |= {"verified_acceptance_rate": 0.60, "trimmed_share": 0.5}
+    (t,) = gain_tables(points(off, on), "p", "static-k4", "av-k4")
+    assert t.rows[0].accept_rate_delta_pp == pytest.approx(10.0)
+    assert t.rows[0].accept_rate_per_verified and t.rows[0].trimmed_on == 0.5

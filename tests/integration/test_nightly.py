@@ -102,6 +102,16 @@ def test_make_nightly_tiny_cpu(nightly):
     assert len(cells) == 4
     assert {r["arm"] for r in cells.values()} == {"static-k3"}
     assert {f.get("failure_kind") for f in store.failures()} <= {"unsupported"}
+    for row in cells.values():
+        # A static arm has no estimator: no cold-start coefficients shown as if in force.
+        assert row["estimator"] == "none" and row.get("slope_start") is None, row
+        # What the server chose, from its real log: no CUDA graphs on CPU (--enforce-eager);
+        # the CPU build logs no line for its attention backend.
+        assert row["cudagraph_mode_chosen"] == "NONE" and row["attention_backend_chosen"] is None
+        assert row.get("trimmed_share", 0.0) == 0.0  # (a cell may have no sampled request)
+        assert row["acceptance_rate_per"] == "verified draft"
+    (arm,) = [a for a in store.read_manifest()["arms"] if a["name"] == "static-k3"]
+    assert arm["engine"]["cudagraph_mode_chosen"] == "NONE"
     assert (run / "report.md").exists() and (run / "report.html").exists()
     # AV predicted from its OFF twin (no measured AV on CPU, so no error to store yet).
     predicted = [json.loads(x) for x in (run / "predicted.jsonl").read_text().splitlines()]

@@ -102,6 +102,12 @@ def test_sweep_captures_equal_the_servers_counters(served, tmp_path):
         assert all(i and i.startswith("chatcmpl-") for i in ids)  # a chat workload
         # Every scheduled draft token of the measured requests (labeled or not) is captured.
         assert len(read_captured(served.capture, ids)) == counters.draft_tokens
+        # Without AV every scheduled draft is verified: the captured acceptance per verified
+        # draft is the counters' acceptance rate, to the last bit.
+        assert row["captured_scheduled_tokens"] == row["captured_verified_tokens"]
+        assert row["captured_scheduled_tokens"] == counters.draft_tokens
+        assert row["trimmed_share"] == 0.0 and row["acceptance_rate_per"] == "verified draft"
+        assert row["verified_acceptance_rate"] == row["acceptance_rate"]
         for p, n in acc.items():
             total_acc[p] = total_acc.get(p, 0) + n
         for p, n in counters.accepted_per_pos.items():

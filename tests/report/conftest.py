@@ -25,6 +25,8 @@ def make_run(
     rates=(),
     repeats: int = 2,
     av_unsupported: bool = False,
+    av_captured: bool = False,
+    engine: dict[str, dict] | None = None,  # arm -> what its server chose (cell columns)
 ) -> RunStore:
     """A run of closed-loop cells at ``concurrencies`` and open-loop cells at ``rates``."""
     manifest = {
@@ -87,6 +89,10 @@ def make_run(
                         else {"method": "draft_model", "num_speculative_tokens": k},
                         **{f"accept_pos_{i}": 0.6 / (i + 1) for i in range(k)},
                     }
+                    row |= (engine or {}).get(arm, {})
+                    if av_captured and arm.startswith("av"):  # AV trimmed 1 draft in 4
+                        row |= {"verified_acceptance_rate": 0.7, "trimmed_share": 0.25,
+                                "verified_tokens_per_draft": 2.25}  # fmt: skip
                     records = [
                         RequestRecord(
                             conversation_id=str(i),

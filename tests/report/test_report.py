@@ -43,6 +43,32 @@ def test_report_of_one_run(run_dir, monkeypatch):
     assert "ON faster beyond noise" in md
     assert "static-k1__gsm8k__c64__rep0" in md and "finished by resume" not in md
     assert "nan" not in md.lower() and "| — |" in md  # baseline has no acceptance
+    # No captures: AV's acceptance is the counters' per scheduled draft, and says so.
+    assert "| +0.0 pp (ON per scheduled draft) | — |" in md
+    assert "| 0.50 (per scheduled) | 3.00 | 3.00 (per scheduled) | — |" in md
+
+
+def test_av_acceptance_per_verified_draft_from_captures(tmp_path, run_factory):
+    store = run_factory(tmp_path, av_captured=True, repeats=1)
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "| +20.0 pp | 25% |" in md  # gain table: 0.70 per verified vs static's 0.50
+    assert "| av-k3 | c=1 |" in md and "| 0.70 | 3.00 | 2.25 | 25% |" in md
+    assert "(per scheduled)" not in md and "(ON per scheduled draft)" not in md
+
+
+def test_av_and_its_twin_on_different_backends_is_a_warning(tmp_path, run_factory):
+    same = {"attention_backend_chosen": "FLASH_ATTN", "cudagraph_mode_chosen": "FULL_AND_PIECEWISE"}
+    engine = {"static-k3": same, "av-k3": same}
+    md = write_report([run_factory(tmp_path / "a", engine=engine, repeats=1).root],
+                      static_figures=False).markdown.read_text()  # fmt: skip
+    assert "differ beyond AV" not in md
+    engine["av-k3"] = same | {"attention_backend_chosen": "FLASHINFER"}
+    md = write_report([run_factory(tmp_path / "b", engine=engine, repeats=1).root],
+                      static_figures=False).markdown.read_text()  # fmt: skip
+    assert (
+        "> static-k3 and av-k3 servers differ beyond AV: attention backend chosen FLASH_ATTN vs "
+        "FLASHINFER (from their logs)"
+    ) in md
 
 
 def test_cpu_run_says_av_is_unsupported(tmp_path, run_factory):

@@ -74,3 +74,29 @@ def test_schedule_beyond_the_drafters_max_k_is_refused():
     sweep = _sweep(arms=["dyn"], schedule=[[1, 4, 5]])
     with pytest.raises(SuiteError, match="asks for K 5 but pair tiny-cpu drafts at most 3"):
         arms_for(load_suite().pair("tiny-cpu"), sweep)
+
+
+def test_the_nightly_pins_a_backend_per_pair_in_both_arms():
+    """mimo-dflash runs FLASH_ATTN for target and drafter in its AV arm and its OFF twin, as PR
+    #52228 did; pairs the sweep does not name keep vLLM's choice."""
+    suite = load_suite()
+    nightly = suite.sweep("nightly")
+    mimo, inkling = suite.pair("mimo-dflash"), suite.pair("inkling-mtp")
+    for arm in (Arm("static", 8), Arm("av", 8)):
+        cmd = build_command(mimo, arm, port=1, sweep=nightly)
+        assert cmd[cmd.index("--attention-backend") + 1] == "FLASH_ATTN"
+        assert _spec(cmd)["attention_backend"] == "FLASH_ATTN"
+        cmd = build_command(inkling, Arm(arm.kind, 3), port=1, sweep=nightly)
+        assert "--attention-backend" not in cmd and "attention_backend" not in _spec(cmd)
+
+
+def test_a_backend_pinned_for_an_unknown_pair_is_one_line(suites_copy):
+    from avbench.errors import SuiteError
+
+    path = suites_copy / "sweeps.toml"
+    text = path.read_text().replace('{ mimo-dflash = "FLASH_ATTN" }', '{ mimo = "FLASH_ATTN" }')
+    path.write_text(text)
+    with pytest.raises(
+        SuiteError, match=r"sweeps\.nightly\.attention_backend: unknown pair 'mimo'"
+    ):
+        load_suite(suites_copy)

@@ -28,17 +28,26 @@ temperature = torch.tensor([0.0, 1.0, 0.7, 1.3] * 3)
 est = mod.OnlineAcceptanceEstimator(rows, k, torch.device("cpu"))
 idx = torch.arange(rows)
 est.predict(logits, idx, torch.tensor(1), torch.zeros(rows, k), temperature)
+# A whole step: 6 requests x 2 positions, one temperature per request.
+step = logits.view(6, 2, vocab)
+step_t = temperature.view(6, 2)[:, 0]
+est2 = mod.OnlineAcceptanceEstimator(rows, k, torch.device("cpu"))
+est2.predict(logits, idx, torch.tensor(0), torch.zeros(rows, k), step_t.repeat_interleave(2))
 print(json.dumps({
     "kernel": est.features[:, 1].tolist(),
     "cpu": logit_qmax(logits, temperature).tolist(),  # the numpy transcription
     "device": logit_qmax(logits, temperature, kernels=mod).tolist(),  # the GPU path's call
+    "step_kernel": est2.features[:, 0].view(6, 2).tolist(),
+    "step_cpu": logit_qmax(step, step_t).tolist(),
+    "step_device": logit_qmax(step, step_t, kernels=mod).tolist(),  # one per-row-step predict
 }))
 """
 
 
 def test_logit_qmax_is_vllms_kernel_bit_for_bit():
     """Both of the plugin's paths give the real kernel's float32 feature exactly, saturated
-    rows (f = 40) and the rows between f = 10 and 16 where float32 rounding shows included."""
+    rows (f = 40) and the rows between f = 10 and 16 where float32 rounding shows included,
+    for one position per request and for a whole step (n, K, V) at once."""
     env = os.environ | {"TRITON_INTERPRET": "1"}
     res = subprocess.run(
         [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=600
@@ -49,6 +58,9 @@ def test_logit_qmax_is_vllms_kernel_bit_for_bit():
     assert (kernel == 40.0).any() and ((kernel > 10) & (kernel < 16)).any()
     assert torch.equal(torch.tensor(out["cpu"]), kernel)
     assert torch.equal(torch.tensor(out["device"]), kernel)
+    step = torch.tensor(out["step_kernel"])
+    assert torch.equal(torch.tensor(out["step_cpu"]), step)
+    assert torch.equal(torch.tensor(out["step_device"]), step)
 
 
 def test_features_close_to_exact_where_float32_allows():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from avbench.vllm_plugin import refits as refits_mod
 from avbench.vllm_plugin.refits import (
     ESTIMATOR_MODULE,
     RefitCaptureError,
+    estimators_since,
     flush_refits,
     install_refit_capture,
     read_refits,
@@ -71,6 +73,8 @@ def test_real_estimator_refits_are_logged_and_equal_numpy(real_run):
     assert lines["refit_index"].tolist() == [0, 1, 2]
     assert lines["step_count"].tolist() == [100, 200, 300]
     assert lines["pid"].nunique() == 1 and (lines["capture_errors"] == 0).all()
+    (marker,) = estimators_since(real_run, 0.0)  # vLLM's real estimator stepped here
+    assert marker["pid"] == lines["pid"].iloc[0] and marker["num_speculative_steps"] == POSITIONS
     ref = replay(call, pos, lab, feat, EstimatorConfig(num_positions=POSITIONS), num_steps=STEPS)
     assert len(ref.refits) == 3
     for r_np, r_v in zip(ref.refits, lines.itertuples(), strict=True):
@@ -155,6 +159,9 @@ def test_stand_in_lines_carry_counts_of_the_round(stand_in, tmp_path):
     assert lines["step_count"].tolist() == [100, 200]
     np.testing.assert_allclose(lines["intercepts"].tolist(), [[-0.1, -0.1], [0.0, 0.0]], atol=1e-6)
     assert est._steps_since_refit == 50 and est._refits == 2
+    (marker,) = estimators_since(tmp_path, 0.0)  # one per process, at the first step()
+    assert marker["pid"] == os.getpid() and marker["time"] <= lines["time"].min()
+    assert estimators_since(tmp_path, marker["time"] + 1) == []
 
 
 class SlowCopy:

@@ -57,3 +57,37 @@ def test_v2_labels_trimmed_drafts_and_keeps_the_kernels_feature(tmp_path):
     assert df["q_sampled"].iloc[2] == 1.0  # b is greedy
     assert df["head_score"].isna().all() and df["estimator_pred"].notna().all()
     cap._writer.close()
+
+
+def test_a_step_in_chunks_gives_the_features_of_one_pass(monkeypatch):
+    """Large steps are cut into chunks of requests (bounded memory); the values do not move."""
+    from avbench.vllm_plugin import v2
+
+    g = torch.Generator().manual_seed(2)
+    slots, k, vocab = 9, 3, 40
+    logits = torch.randn(slots, k, vocab, generator=g) * 2
+    idx = torch.tensor([7, 0, 3, 5, 1])
+    tokens = torch.randint(0, vocab, (5, k), generator=g)
+    tokens[1, 2] = -1  # a position not drafted this step
+    temp = torch.tensor([1.0, 0.0, 0.7, 1.0, 1.3])
+    whole = v2.step_features(logits, idx, tokens, temp, True)
+    monkeypatch.setattr(v2, "MAX_CHUNK_ELEMENTS", 2 * k * vocab)  # two requests per chunk
+    chunked = v2.step_features(logits, idx, tokens, temp, True)
+    assert set(whole) == set(chunked) == {"f", "q_max", "entropy", "q_sampled"}
+    for key in whole:
+        assert whole[key].shape == (5, k) and torch.equal(whole[key], chunked[key]), key
+    # one position of one request, against the per-position definition
+    z = logits[3, 1] / 0.7
+    q = torch.softmax(z, -1)
+    assert torch.isclose(whole["q_max"][2, 1], q.max())
+    assert torch.isclose(whole["q_sampled"][2, 1], q[tokens[2, 1]])
+    assert (whole["q_sampled"][1] == 1.0).all()  # a greedy request
+
+
+def test_prefill_context_parallelism_turns_v2_capture_off(tmp_path):
+    cap = DraftCapture(tmp_path, 1.0, Health(tmp_path))
+    runner = SimpleNamespace(pcp_manager=object(), speculator=None)
+    batch = SimpleNamespace(req_ids=["cmpl-a-0-00000000"], idx_mapping=torch.tensor([0]))
+    _after_sample(cap, runner, batch)
+    assert not cap.enabled
+    assert any("prefill context parallelism" in w for w in cap.health.inert)
