@@ -292,11 +292,15 @@ def probe_endpoint(opts: SweepOptions) -> str:
     return want or models[0]
 
 
+def _local_tokenizer(opts: SweepOptions) -> str | None:
+    """The target's directory when it is local: its tokenizer counts and makes prompts."""
+    target = opts.pair.resolve(opts.pair.target)
+    return target if target and Path(target).is_dir() else None
+
+
 def _served_tokenizer(opts: SweepOptions, name: str) -> bool:
     """Whether workload ``name`` makes its prompts with the server's /tokenize."""
-    target = opts.pair.resolve(opts.pair.target)
-    local = target is not None and Path(target).is_dir()
-    return opts.workloads[name].dataset == "synthetic" and not local
+    return opts.workloads[name].dataset == "synthetic" and _local_tokenizer(opts) is None
 
 
 def probe_tokenizer(opts: SweepOptions) -> None:
@@ -605,12 +609,13 @@ def judge_cell(
     m: CellMeasurement, server: ServerProcess | None, base_url: str, opts: SweepOptions
 ) -> tuple[str, str] | None:
     """(failure_kind, reason) when the cell must not count as measured, else None."""
+    exited = server is not None and not server.alive()
+    if m.stop is not None and not exited:  # a frozen server may also refuse connections
+        return ("server_stalled" if m.stop.kind == "stalled" else "cell_deadline"), m.stop.reason
     refused = sum(r.error_kind == "connect" for r in m.records)
     gone = _server_gone(server, base_url, opts, refused)
     if gone:
         return "server_died", gone
-    if m.stop is not None:
-        return ("server_stalled" if m.stop.kind == "stalled" else "cell_deadline"), m.stop.reason
     measured = [r for r in m.records if not r.warmup]
     failed = [r for r in measured if not r.ok]
     limit = opts.sweep.max_failed_share
@@ -642,11 +647,9 @@ class _WorkloadCache:
             from avbench.workloads.synthetic import ServerTokenizer
 
             spec = self.opts.workloads[name]
-            target = self.opts.pair.resolve(self.opts.pair.target)
-            tokenizer = target if target and Path(target).is_dir() else None
             loaded = load_workload(
                 spec,
-                tokenizer=tokenizer,
+                tokenizer=_local_tokenizer(self.opts),
                 served=ServerTokenizer(base_url, model, _auth_headers(self.opts)),
                 count=max(c.warmup + c.num_requests for c in self.plan if c.workload == name),
             )

@@ -245,10 +245,20 @@ def test_the_server_gets_only_its_own_environment(tmp_path, monkeypatch, tiny):
 def test_a_sigstopped_server_is_stopped_without_waiting_for_the_grace(tmp_path):
     import signal
 
-    server = _proc(tmp_path, "print('up', flush=True); import time; time.sleep(300)", timeout=5)
+    # Like vLLM, the stand-in handles SIGTERM itself: a stopped process only runs it once
+    # continued (a signal left to its default action would kill even a stopped process).
+    code = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0));"
+        "print('up', flush=True); time.sleep(300)"
+    )
+    server = _proc(tmp_path, code, timeout=5)
     server.stop_grace_s = 20
     server.start()
     pgid = server.pgid
+    deadline = time.monotonic() + 30
+    while "up" not in server.log_tail():  # its handler is installed
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     os.killpg(pgid, signal.SIGSTOP)
     t0 = time.monotonic()
     server.stop()
