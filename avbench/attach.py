@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from avbench.errors import AvbenchError
+from avbench.inputs import validation_error
 from avbench.plan import Arm
 from avbench.suite import Pair, Sweep
 from avbench.workloads.spec import WorkloadSpec
@@ -31,12 +32,6 @@ class Lengths:
 
     def given(self) -> dict:
         return {k: v for k, v in vars(self).items() if v is not None}
-
-
-def _one_line(exc: ValidationError, what: str) -> AvbenchError:
-    err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    return AvbenchError(f"{what} {loc}: {err['msg']}")
 
 
 def apply_lengths(
@@ -58,7 +53,7 @@ def apply_lengths(
         try:
             out[name] = WorkloadSpec.model_validate(workloads[name].model_dump() | given)
         except ValidationError as exc:
-            raise _one_line(exc, "command-line override") from None
+            raise validation_error(exc, "command-line override") from None
     return out
 
 
@@ -98,7 +93,7 @@ def attached_setup(
     try:
         sweep = Sweep.model_validate(data)
     except ValidationError as exc:
-        raise _one_line(exc, "command-line option") from None
+        raise validation_error(exc, "command-line option") from None
     unknown = [w for w in sweep.workloads if w not in workloads]
     if unknown:
         raise AvbenchError(

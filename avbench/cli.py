@@ -59,8 +59,21 @@ def _secrets_in_use() -> list[str]:
 def main() -> None:
     """Exit codes (README): 0 ok, 1 cells failed, 2 bad input, 3 unsupported arm with
     --strict, 4 internal error (traceback saved), 130 interrupted."""
+    # typer (>= 0.26) vendors click as typer._click: its usage errors are raised from there.
+    from typer._click.exceptions import NoArgsIsHelpError
+
     try:
-        app()
+        code = app(standalone_mode=False)  # usage errors come here, printed as one line
+    except NoArgsIsHelpError as exc:  # `avbench` alone: the help (rich printed it already)
+        if exc.format_message().strip():
+            print(exc.format_message(), file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except typer.TyperException as exc:
+        print(f"error: {_usage_message(exc)}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        raise SystemExit(1) from None
     except AvbenchError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"error: {first}", file=sys.stderr)
@@ -73,6 +86,17 @@ def main() -> None:
         raise SystemExit(1 if exc.errno == errno.ENOSPC else 2) from None
     except Exception as exc:
         _internal_error(exc)
+    if isinstance(code, int) and code:  # typer.Exit(code) inside a command
+        raise SystemExit(code)
+
+
+def _usage_message(exc: typer.TyperException) -> str:
+    """A usage error in one line: the command, what is wrong, where its help is."""
+    what = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return what
+    return f"{ctx.command_path}: {what} (see `{ctx.command_path} --help`)"
 
 
 _PATH_ERRNOS = (

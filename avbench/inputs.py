@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from urllib.parse import urlsplit
 
 from avbench.errors import AvbenchError
@@ -40,6 +41,14 @@ def check_port(port: int, option: str = "--port") -> int:
 
 
 def check_api_key(key: str, option: str = "--api-key / OPENAI_API_KEY") -> str:
+    # A control character (a newline pasted along, a tab) would break the Authorization header
+    # or be sent as part of it; the server's key cannot contain one either.
+    bad = next((c for c in key if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise AvbenchError(
+            f"{option}: the key contains a control character ({bad!r} at position "
+            f"{key.index(bad)}); expected printable characters only"
+        )
     if len(key) < MIN_API_KEY_CHARS:
         raise AvbenchError(
             f"{option}: key of {len(key)} characters refused (at least {MIN_API_KEY_CHARS}: "
@@ -48,9 +57,16 @@ def check_api_key(key: str, option: str = "--api-key / OPENAI_API_KEY") -> str:
     return key
 
 
+def validation_error(exc, what: str) -> AvbenchError:
+    """A pydantic ValidationError of what the user typed, as one line naming the field."""
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return AvbenchError(f"{what} {loc}: {err['msg']}")
+
+
 def check_positive(value: float | None, option: str) -> None:
-    if value is not None and not value > 0:
-        raise AvbenchError(f"{option}: expected a number > 0, got {value:g}")
+    if value is not None and not 0 < value < math.inf:
+        raise AvbenchError(f"{option}: expected a finite number > 0, got {value:g}")
 
 
 def check_non_negative(value: int | None, option: str) -> None:

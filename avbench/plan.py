@@ -13,7 +13,7 @@ from typing import Literal
 
 from avbench.analysis.schedule import max_k
 from avbench.errors import SuiteError
-from avbench.suite import Pair, Sweep
+from avbench.suite import MAX_K, Pair, Sweep
 
 ArmKind = Literal["baseline", "static", "av", "dyn"]
 SPECULATIVE_KINDS = ("static", "av", "dyn")
@@ -26,6 +26,15 @@ class Arm:
 
     kind: ArmKind
     k: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind == "baseline" and self.k != 0:
+            raise ValueError(f"arm baseline: no K (got {self.k})")
+        if self.kind != "baseline" and not 1 <= self.k <= MAX_K:
+            raise ValueError(
+                f"arm {self.name}: K must be 1-{MAX_K} (a speculative arm drafts at least one "
+                "token)"
+            )
 
     @property
     def name(self) -> str:

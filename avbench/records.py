@@ -28,7 +28,8 @@ class RequestRecord:
     finish_reason: str | None = None
     response_id: str | None = None  # the server's id for the response ("cmpl-...")
     error: str | None = None  # None when the request succeeded
-    error_kind: str | None = None  # http_4xx, http_5xx, timeout, stream_cut, malformed, connect
+    # http_4xx, http_5xx, timeout, stream_cut, malformed, connect; stalled, deadline (the drive's)
+    error_kind: str | None = None
     prompt_text: str = ""  # last user message sent
     # The whole conversation sent as JSON messages (MT-Bench turn 2 carries turn 1's answer).
     prompt_messages: str = ""

@@ -6,7 +6,14 @@ server group before the exception leaves; --resume reruns only what did not fini
 
 A cell is stored as measured only when it was: if its server died during it (or stopped
 answering), or more than the sweep's ``max_failed_share`` of its requests failed, it is a failed
-cell (failures.jsonl, records kept aside under requests/failed/), rerun by --resume.
+cell (failures.jsonl, records kept aside under requests/failed/), rerun by --resume. A server
+that stalls (no progress on any in-flight request for the sweep's ``timeouts.stall_s``) fails
+its cell as "server stalled" and the arm's remaining cells at once; a cell past
+``timeouts.cell_s`` fails as "cell deadline" and the arm goes on.
+
+Everything that can be checked without a server is checked before the first one starts: the
+options, the plan, every row of each workload's data, and, attached, the server's /tokenize
+when a synthetic workload needs it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 from pydantic import SecretStr
@@ -52,9 +60,12 @@ from avbench.store import (
     utcnow,
     versions,
 )
-from avbench.suite import Pair, Sweep
+from avbench.suite import MAX_PARALLEL, Pair, Sweep
 from avbench.workloads.base import Conversation
 from avbench.workloads.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from avbench.loadgen.client import Stop
 
 
 @dataclass
@@ -72,7 +83,6 @@ class SweepOptions:
     api_key: SecretStr | None = None
     vllm_python: str = sys.executable
     ready_timeout_s: float | None = None
-    request_timeout_s: float = 600.0
     served_model: str | None = None  # attach: what the endpoint serves (found by the probe)
     capture_dir: Path | None = None  # attach: where that server's avbench plugin writes
 
@@ -101,6 +111,7 @@ class CellMeasurement:
     row: dict
     records: list[RequestRecord]
     scrapes: dict[str, str | None]
+    stop: Stop | None = None  # the drive ended early: the server stalled, or the cell deadline
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -110,6 +121,7 @@ def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> Sw
     install = check_new_run(opts)
     if opts.endpoint is not None:
         opts.served_model = probe_endpoint(opts)
+        probe_tokenizer(opts)
     plan = build_plan(opts.pair, opts.sweep, _attached_arms(opts))
     run_id = opts.run_id or new_run_id(opts.pair.name)
     secrets = _secrets(opts)
@@ -173,6 +185,7 @@ def resume_sweep(
         require_free_port(opts.port, opts.host)
     else:
         opts.served_model = probe_endpoint(opts)
+        probe_tokenizer(opts)
     store.update_manifest(status="running", resumed_at=utcnow())
     return _execute(store, opts, plan, install, reporter)
 
@@ -216,11 +229,10 @@ def _check_options(opts: SweepOptions) -> None:
     """The options a library caller or the CLI passed: one line naming the bad one."""
     check_port(opts.port)
     check_positive(opts.ready_timeout_s, "--ready-timeout")
-    check_positive(opts.request_timeout_s, "request_timeout_s")
     if opts.api_key is not None:
         check_api_key(opts.api_key.get_secret_value())
-    if opts.attach_gpus is not None and opts.attach_gpus < 1:
-        raise AvbenchError(f"--gpus: expected at least 1, got {opts.attach_gpus}")
+    if opts.attach_gpus is not None and not 1 <= opts.attach_gpus <= MAX_PARALLEL:
+        raise AvbenchError(f"--gpus: expected 1-{MAX_PARALLEL}, got {opts.attach_gpus}")
     if opts.endpoint is not None:
         opts.endpoint = check_endpoint(opts.endpoint)
     if opts.attach_arm is not None and opts.attach_arm.k > opts.pair.max_k:
@@ -228,6 +240,10 @@ def _check_options(opts: SweepOptions) -> None:
             f"--arm {opts.attach_arm.name}: K={opts.attach_arm.k} is above max_k "
             f"{opts.pair.max_k} of pair {opts.pair.name}"
         )
+    from avbench.workloads.registry import check_workload
+
+    for name in opts.sweep.workloads:  # a missing data_dir, SPEED-Bench offline, bad rows
+        check_workload(opts.workloads[name])
 
 
 def probe_endpoint(opts: SweepOptions) -> str:
@@ -275,6 +291,37 @@ def probe_endpoint(opts: SweepOptions) -> str:
             f"--endpoint {opts.endpoint}: serves several models ({served}); choose one with --model"
         )
     return want or models[0]
+
+
+def _local_tokenizer(opts: SweepOptions) -> str | None:
+    """The target's directory when it is local: its tokenizer counts and makes prompts."""
+    target = opts.pair.resolve(opts.pair.target)
+    return target if target and Path(target).is_dir() else None
+
+
+def _served_tokenizer(opts: SweepOptions, name: str) -> bool:
+    """Whether workload ``name`` makes its prompts with the server's /tokenize."""
+    return opts.workloads[name].dataset == "synthetic" and _local_tokenizer(opts) is None
+
+
+def probe_tokenizer(opts: SweepOptions) -> None:
+    """Attached with a synthetic workload and no local tokenizer: the endpoint must answer
+    vLLM's POST /tokenize, or every cell would fail making its prompts."""
+    if not any(_served_tokenizer(opts, w) for w in opts.sweep.workloads):
+        return
+    url = f"{opts.endpoint}/tokenize"
+    body = {"model": opts.served_model, "prompt": "avbench"}
+    try:
+        r = httpx.post(url, json=body, headers=_auth_headers(opts), timeout=10)
+        ok = r.status_code == 200 and isinstance(r.json().get("tokens"), list)
+        why = f"HTTP {r.status_code}"
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        ok, why = False, type(exc).__name__
+    if not ok:
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: POST /tokenize did not tokenize ({why}); a synthetic "
+            "workload needs vLLM's /tokenize, or a local tokenizer directory (--tokenizer DIR)"
+        )
 
 
 def measurement_provenance(base_url: str) -> dict[str, str | None]:
@@ -547,7 +594,10 @@ def _run_cells(
         store.write_failed_cell(row | _log_tail(server), measured.records)
         outcome.failed.append(row)
         reporter.cell_failed(cell, reason)
-        if kind == "server_died" and server is None:  # attached: nothing to restart
+        # A stalled server is not waited for again; attached, a dead one cannot be restarted.
+        if kind == "server_stalled" or (kind == "server_died" and server is None):
+            if kind == "server_stalled":
+                reporter.arm_failed(arm.name, f"{reason}; the arm's remaining cells are not run")
             _fail_cells(store, cells[i + 1 :], reason, kind, reporter, outcome)
             return
 
@@ -616,6 +666,9 @@ def judge_cell(
     m: CellMeasurement, server: ServerProcess | None, base_url: str, opts: SweepOptions
 ) -> tuple[str, str] | None:
     """(failure_kind, reason) when the cell must not count as measured, else None."""
+    exited = server is not None and not server.alive()
+    if m.stop is not None and not exited:  # a frozen server may also refuse connections
+        return ("server_stalled" if m.stop.kind == "stalled" else "cell_deadline"), m.stop.reason
     refused = sum(r.error_kind == "connect" for r in m.records)
     gone = _server_gone(server, base_url, opts, refused)
     if gone:
@@ -651,11 +704,9 @@ class _WorkloadCache:
             from avbench.workloads.synthetic import ServerTokenizer
 
             spec = self.opts.workloads[name]
-            target = self.opts.pair.resolve(self.opts.pair.target)
-            tokenizer = target if target and Path(target).is_dir() else None
             loaded = load_workload(
                 spec,
-                tokenizer=tokenizer,
+                tokenizer=_local_tokenizer(self.opts),
                 served=ServerTokenizer(base_url, model, _auth_headers(self.opts)),
                 count=max(c.warmup + c.num_requests for c in self.plan if c.workload == name),
             )
@@ -717,7 +768,7 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
         model=model,
         api=spec.api,
         api_key=opts.api_key,
-        request_timeout_s=opts.request_timeout_s,
+        timeouts=opts.sweep.timeouts,
     )
     render = None
     if spec.api == "completions" and spec.prompt_template == "none":
@@ -732,7 +783,9 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
     headers = _auth_headers(opts)
 
     async def scrape(which: str) -> None:
-        async with httpx.AsyncClient(timeout=30, headers=headers) as client:
+        # A frozen server is caught by the drive's stall detector, which counts this in flight.
+        wait = opts.sweep.timeouts.read_s
+        async with httpx.AsyncClient(timeout=wait, headers=headers) as client:
             try:
                 r = await client.get(f"{base_url}/metrics")
                 scrapes[which] = r.text if r.status_code == 200 else None
@@ -752,6 +805,9 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
         after_measure=lambda: scrape("after"),
     )
     records = result.records
+    if result.stop is not None:  # a failed cell (judge_cell): nothing to compute
+        counts = {"requests_ok": result.ok, "requests_failed": result.failed}
+        return CellMeasurement(cell.to_dict() | counts, records, scrapes, result.stop)
     measured_records = [r for r in records if not r.warmup]
     window = result.window_end - result.window_start
     metrics = compute_cell_metrics(

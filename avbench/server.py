@@ -250,6 +250,27 @@ def build_env(pair: Pair, arm: Arm, api_key: str | None) -> dict[str, str]:
     return env
 
 
+# What the server does not get from avbench's environment: avbench's own settings, and the API
+# key variables. The server wants exactly the key avbench sends (VLLM_API_KEY, set from
+# --api-key-file / --api-key / OPENAI_API_KEY), so an inherited VLLM_API_KEY is dropped as well:
+# it would make the server refuse avbench. Everything else (CUDA_*, HF_*, VLLM_*, NCCL_*, PATH,
+# proxies) is the server's and passes unchanged; the pair's env and the arm's captures win.
+_NOT_FOR_THE_SERVER = frozenset({"OPENAI_API_KEY", "VLLM_API_KEY"})
+_AVBENCH_PREFIX = "AVBENCH_"
+
+
+def server_environment(extra: dict[str, str]) -> dict[str, str]:
+    """The launched server's whole environment: avbench's, less its own variables, + ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _NOT_FOR_THE_SERVER and not k.startswith(_AVBENCH_PREFIX)
+    }
+    env |= extra
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
 def redact(text: str, secrets: list[str]) -> str:
     for s in secrets:
         if s:
@@ -332,12 +353,10 @@ class ServerProcess:
     def start(self) -> None:
         require_free_port(self.port, self.host)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = os.environ.copy() | self.env
-        env.setdefault("PYTHONUNBUFFERED", "1")
         try:
             self.proc = subprocess.Popen(
                 self.cmd,
-                env=env,
+                env=server_environment(self.env),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -457,6 +476,7 @@ class ServerProcess:
             return
         pgid = self.proc.pid
         _signal_group(pgid, signal.SIGTERM)
+        _signal_group(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) group handles it only now
         try:
             self.proc.wait(timeout=self.stop_grace_s)
         except subprocess.TimeoutExpired:

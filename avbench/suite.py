@@ -22,38 +22,47 @@ from pydantic import (
 from avbench import checkpoints
 from avbench.analysis.schedule import validate_schedule
 from avbench.errors import SuiteError
-from avbench.loadgen.config import SamplingParams
+from avbench.loadgen.config import MAX_SECONDS, SamplingParams, Timeouts
 from avbench.workloads.spec import WorkloadSpec
 
 # Prefix in pair files that resolves to the package's embedded assets (the tiny pair).
 ASSET_PREFIX = "@assets/"
+ASSETS_DIR = Path(__file__).parent / "assets"
+# Bounds past which a number is a typo (it would otherwise fail inside a cell, after the
+# server started): K per draft, GPUs per parallel dimension, concurrency, conversations per
+# cell (their records are held in memory; an open-loop cell sends about rate x 1 s), repeats.
+MAX_K = 128
+MAX_PARALLEL = 4096
+MAX_CONCURRENCY = 65_536  # one client reaches one server port from at most ~64k ports
+MAX_CELL_REQUESTS = 1_000_000
+MAX_REPEATS = 1000
 
 
 class Pair(BaseModel):
     """A target model and its drafter, with everything needed to serve them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     description: str = ""
     target: str  # HF id or local dir; "@assets/..." = shipped with avbench
     drafter: str | None = None  # None: the method drafts from inside the target (MTP, DSpark)
     method: str  # vLLM speculative method: draft_model, eagle, mtp, dflash, dspark, ...
-    max_k: int = Field(gt=0)
+    max_k: int = Field(gt=0, le=MAX_K)
     k_values: list[int] | None = None  # static-K arms; default: the sweep's list capped at max_k
     served_model_name: str | None = None
     serve_flags: list[str] = []
     env: dict[str, str] = {}
     av_env: dict[str, str] = {}  # extra env for the AV arm only (e.g. VLLM_USE_V2_MODEL_RUNNER)
     speculative_extra: dict = {}  # merged into --speculative-config for every speculative arm
-    tensor_parallel: int = Field(1, gt=0)
-    pipeline_parallel: int = Field(1, gt=0)
-    data_parallel: int = Field(1, gt=0)
+    tensor_parallel: int = Field(1, gt=0, le=MAX_PARALLEL)
+    pipeline_parallel: int = Field(1, gt=0, le=MAX_PARALLEL)
+    data_parallel: int = Field(1, gt=0, le=MAX_PARALLEL)
     confidence_head: Literal["auto", "off", "none"] = "none"
     reasoning: bool = False  # model streams thinking; chat_template_kwargs recorded per cell
     chat_template_kwargs: dict | None = None
     default_sweep: str = "default"
-    ready_timeout_s: float = Field(900.0, gt=0)
+    ready_timeout_s: float = Field(900.0, gt=0, le=MAX_SECONDS)
     # Live captures by the avbench vLLM plugin; None: the sweep's settings (avbench/capture.py).
     capture: list[Literal["drafts", "refits", "steps"]] | None = None
     draft_fraction: float | None = Field(None, gt=0, le=1)
@@ -72,20 +81,35 @@ class Pair(BaseModel):
         Hugging Face snapshot (``avbench.checkpoints``); anything else is left as is."""
         if ref is None or not ref.startswith(ASSET_PREFIX):
             return checkpoints.resolve(ref)
-        return str(Path(__file__).parent / "assets" / ref[len(ASSET_PREFIX) :])
+        return str(ASSETS_DIR / ref[len(ASSET_PREFIX) :])
+
+    @field_validator("target", "drafter")
+    @classmethod
+    def _asset_inside_the_package(cls, v: str | None) -> str | None:
+        if v is None or not v.startswith(ASSET_PREFIX):
+            return v
+        path = (ASSETS_DIR / v[len(ASSET_PREFIX) :]).resolve()
+        if not path.is_relative_to(ASSETS_DIR.resolve()):
+            raise ValueError(f"{v!r} points outside avbench's assets directory")
+        if not path.is_dir():
+            shipped = sorted(
+                str(p.parent.relative_to(ASSETS_DIR)) for p in ASSETS_DIR.rglob("config.json")
+            )
+            raise ValueError(f"{v!r}: no such asset (shipped: {', '.join(shipped)})")
+        return v
 
     @field_validator("k_values")
     @classmethod
     def _positive_ks(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and (not v or any(k <= 0 for k in v)):
-            raise ValueError("must be a non-empty list of positive integers")
+        if v is not None and (not v or any(not 0 < k <= MAX_K for k in v)):
+            raise ValueError(f"must be a non-empty list of positive integers up to {MAX_K}")
         return v
 
 
 class Sweep(BaseModel):
     """What to run against each arm: workloads × concurrencies × repeats."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
     description: str = ""
@@ -105,11 +129,11 @@ class Sweep(BaseModel):
     attention_backend: str | dict[str, str] | None = None
     # The dyn arm's num_speculative_tokens_per_batch_size: [[first, last, K], ...] batch sizes.
     schedule: list[tuple[int, int, int]] | None = None
-    requests_per_concurrency: int = Field(8, gt=0)  # requests = max(rpc × c, min_requests)
-    min_requests: int = Field(32, gt=0)
-    max_requests: int | None = Field(None, gt=0)
-    warmup: int = Field(4, ge=0)  # warmup conversations per cell, outside the window
-    repeats: int = Field(1, gt=0)
+    requests_per_concurrency: int = Field(8, gt=0, le=MAX_CELL_REQUESTS)  # max(rpc × c, min)
+    min_requests: int = Field(32, gt=0, le=MAX_CELL_REQUESTS)
+    max_requests: int | None = Field(None, gt=0, le=MAX_CELL_REQUESTS)
+    warmup: int = Field(4, ge=0, le=MAX_CELL_REQUESTS)  # warmup conversations, outside the window
+    repeats: int = Field(1, gt=0, le=MAX_REPEATS)
     # Repeat r runs the workloads rotated by r (the estimator outlives cells: docs/fair-comparisons.md).
     rotate_workloads: bool = False
     # Pairs this sweep is run for by CI (the nightly workflow's matrix reads them).
@@ -122,12 +146,22 @@ class Sweep(BaseModel):
     # A cell with a larger share of failed measured requests is a failed cell, not a result.
     max_failed_share: float = Field(0.1, ge=0, lt=1)
     sampling: SamplingParams = SamplingParams()
+    timeouts: Timeouts = Timeouts()
 
-    @field_validator("concurrencies", "k_values")
+    @field_validator("concurrencies")
     @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if not v or any(x <= 0 for x in v):
-            raise ValueError("must be a non-empty list of positive integers")
+    def _concurrencies(cls, v: list[int]) -> list[int]:
+        if not v or any(not 0 < x <= MAX_CONCURRENCY for x in v):
+            raise ValueError(
+                f"must be a non-empty list of positive integers up to {MAX_CONCURRENCY}"
+            )
+        return v
+
+    @field_validator("k_values")
+    @classmethod
+    def _ks(cls, v: list[int]) -> list[int]:
+        if not v or any(not 0 < x <= MAX_K for x in v):
+            raise ValueError(f"must be a non-empty list of positive integers up to {MAX_K}")
         return v
 
     @field_validator("schedule")
@@ -148,6 +182,13 @@ class Sweep(BaseModel):
             raise ValueError(
                 "draft_sample_method 'greedy' with an av arm: AV ranks drafts by the drafter's "
                 "distribution and needs 'probabilistic'"
+            )
+        loads = [max(1, round(r)) for r in self.rates or []] or self.concurrencies
+        biggest = self.num_requests(max(loads)) + self.warmup
+        if biggest > MAX_CELL_REQUESTS:
+            raise ValueError(
+                f"a cell would send {biggest} conversations (requests and warmup at the largest "
+                f"load), more than {MAX_CELL_REQUESTS}"
             )
         return self
 
@@ -220,6 +261,13 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError(
+            f"{path}: not UTF-8 text (byte {exc.start} is 0x{exc.object[exc.start]:02x}); "
+            "suite files are TOML, which is UTF-8"
+        ) from None
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _format_validation(path: Path, prefix: str, exc: ValidationError) -> str:

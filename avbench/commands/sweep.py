@@ -87,23 +87,23 @@ def _resolve(suites, pair_name, sweep_name, overrides):
     """Load the suite, pick pair and sweep, apply CLI overrides with the same validation."""
     from pydantic import ValidationError
 
+    from avbench.inputs import validation_error
     from avbench.suite import Sweep, load_suite
 
     suite = load_suite(suites)
     pair = suite.pair(pair_name)
     sweep = suite.sweep(sweep_name or pair.default_sweep)
     data = sweep.model_dump()
-    sampling = {k: v for k, v in overrides.pop("sampling", {}).items() if v is not None}
-    data["sampling"] |= sampling
+    for nested in ("sampling", "timeouts"):  # merged field by field into the sweep's own
+        given = overrides.pop(nested, None) or {}
+        data[nested] |= {k: v for k, v in given.items() if v is not None}
     data |= {k: v for k, v in overrides.items() if v is not None}
     if overrides.get("concurrencies"):  # closed loop asked for: the file's rates step aside
         data["rates"] = None
     try:
         sweep = Sweep.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise AvbenchError(f"command-line override {loc}: {err['msg']}") from None
+        raise validation_error(exc, "command-line override") from None
     for w in sweep.workloads:
         suite.workload(w)
     if overrides.get("k_values"):  # --k wins over the pair's own k_values
@@ -297,6 +297,23 @@ def sweep(
         typer.Option(help="With --endpoint: the AVBENCH_CAPTURE_DIR that server was started with"),
     ] = None,
     ready_timeout: Annotated[float | None, typer.Option(help="Seconds to wait for /health")] = None,
+    request_timeout: Annotated[
+        float | None, typer.Option(help="Seconds one request may take (default 600)")
+    ] = None,
+    read_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds one request may go without progress (default 120)"),
+    ] = None,
+    stall_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds without progress on any in-flight request before the cell fails as "
+            "'server stalled' with the arm's remaining cells (default 30)"
+        ),
+    ] = None,
+    cell_timeout: Annotated[
+        float | None, typer.Option(help="Seconds one cell may take, warmup included (default 3600)")
+    ] = None,
     vllm_python: Annotated[
         str | None, typer.Option(help="Python interpreter that has vLLM (default: this one)")
     ] = None,
@@ -338,6 +355,8 @@ def sweep(
             "--draft-fraction": draft_fraction, "--capture-dir": capture_dir,
             "--model": model, "--tokenizer": tokenizer, "--ignore-eos": ignore_eos or None,
             "--input-len": input_len, "--output-len": output_len, "--len-range": len_range,
+            "--request-timeout": request_timeout, "--read-timeout": read_timeout,
+            "--stall-timeout": stall_timeout, "--cell-timeout": cell_timeout,
         }  # fmt: skip
         ignored = [name for name, v in given.items() if v is not None]
         if ignored:
@@ -388,6 +407,16 @@ def sweep(
                 },
                 "capture": capture.split(",") if capture else None,
                 "draft_fraction": draft_fraction,
+                "timeouts": {
+                    k: v
+                    for k, v in {
+                        "request_s": request_timeout,
+                        "read_s": read_timeout,
+                        "stall_s": stall_timeout,
+                        "cell_s": cell_timeout,
+                    }.items()
+                    if v is not None
+                },
             }
             from avbench.attach import Lengths, apply_lengths, attached_setup
 

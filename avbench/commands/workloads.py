@@ -84,6 +84,9 @@ def show(
     sample_chars: Annotated[int, typer.Option(min=20, help="truncate the sample prompt")] = 600,
 ) -> None:
     """Load a workload and print count, categories, prompt lengths, turns, source, a sample."""
+    from pydantic import ValidationError
+
+    from avbench.inputs import validation_error
     from avbench.workloads.registry import load_workload
 
     check_non_negative(seed, "--seed")
@@ -96,7 +99,10 @@ def show(
     }
     updates = {k: v for k, v in overrides.items() if v is not None}
     if updates:  # re-validated, so a bad override fails like a bad suite field
-        spec = type(spec).model_validate({**spec.model_dump(), **updates})
+        try:
+            spec = type(spec).model_validate({**spec.model_dump(), **updates})
+        except ValidationError as exc:
+            raise validation_error(exc, "option") from None
     loaded = load_workload(spec, tokenizer=tokenizer)
     _print(loaded, sample_chars)
 

@@ -26,6 +26,14 @@ parser's tokens) each content-bearing chunk counts as one token (vLLM streams a 
 token that decodes to ""), and if the server's ``usage.completion_tokens`` is larger, the
 difference is spread over the chunks in proportion to their text length (speculative chunks
 carry several tokens and proportionally more text); the record's total then equals the usage.
+
+Waiting is bounded (``EndpointConfig.timeouts``): each request by ``request_s`` and by
+``read_s`` without progress (SSE comments are not progress, see ``transport.py``), and the whole
+drive by two cell-level guards. When no in-flight request made progress for ``stall_s`` the
+server's ``/health`` is asked (its answer goes into the reason: vLLM's reports a dead engine,
+not a stuck one) and, if still nothing came, the drive stops as "server stalled": every
+in-flight request fails at once with what it received kept, and no further request starts.
+After ``cell_s`` the drive stops the same way as "cell deadline".
 """
 
 from __future__ import annotations
@@ -37,17 +45,36 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import httpx
 import msgspec
 
 from avbench.loadgen.config import EndpointConfig, SamplingParams
-from avbench.loadgen.transport import FastTransport, MalformedResponseError
+from avbench.loadgen.transport import FastTransport, MalformedResponseError, Progress
 from avbench.records import RequestRecord
 from avbench.workloads.base import Conversation
 
 _perf = time.perf_counter
 _DONE = b"data: [DONE]"
+_HEALTH_TIMEOUT_S = 5.0  # the /health question of a stall (or stall_s when shorter)
+_STOP_GRACE_S = 2.0  # after a stop, how long in-flight requests get to record their failure
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a drive ended before its conversations did."""
+
+    kind: Literal["stalled", "deadline"]
+    reason: str
+
+
+class StreamAborted(httpx.TransportError):
+    """An in-flight request failed by the drive itself (a stall or the cell deadline)."""
+
+    def __init__(self, stop: Stop):
+        super().__init__(stop.reason)
+        self.kind = stop.kind
 
 
 @dataclass(repr=False)
@@ -61,6 +88,7 @@ class DriveResult:
     skipped: int = 0  # measured turns not sent because an earlier turn of theirs failed
     warmup_sent: int = 0
     errors: dict[str, int] = field(default_factory=dict)  # error_kind -> count (measured)
+    stop: Stop | None = None  # set when a stall or the cell deadline ended the drive early
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -71,7 +99,7 @@ class DriveResult:
         return (
             f"DriveResult(sent={self.sent}, ok={self.ok}, failed={self.failed}, "
             f"skipped={self.skipped}, warmup_sent={self.warmup_sent}, errors={self.errors}, "
-            f"window_s={self.window_s:.3f})"
+            f"window_s={self.window_s:.3f}, stop={self.stop})"
         )
 
     @property
@@ -327,10 +355,13 @@ def reconcile_counts(counts: list[int], texts: list[str], total: int) -> list[in
     return [c + a for c, a in zip(counts, add, strict=True)]
 
 
-async def _stamped(it):
-    # Fallback for other transports: stamp each item as the client receives it.
+async def _stamped(it, progress: Progress):
+    # Fallback for other transports: stamp each item as the client receives it (every byte
+    # counts as progress here: SSE comments are told apart by FastTransport only).
     async for data in it:
-        yield _perf(), data
+        t = _perf()
+        progress.saw(t)
+        yield t, data
 
 
 class _Driver:
@@ -341,10 +372,14 @@ class _Driver:
         client: httpx.AsyncClient,
         render_prompt: Callable[[list[dict]], str] | None,
         on_record: Callable[[RequestRecord], None] | None,
+        transport: FastTransport | None,
     ):
         self.endpoint = endpoint
         self.sampling = sampling
         self.client = client
+        self.transport = transport
+        self.progress = transport.progress if transport is not None else Progress()
+        self.stop: Stop | None = None
         self.render_prompt = render_prompt
         self.on_record = on_record
         self.chat = endpoint.api == "chat"
@@ -367,6 +402,13 @@ class _Driver:
 
     async def request(self, rec: RequestRecord, body: bytes) -> None:
         """One streamed request; never raises for server or network trouble."""
+        self.progress.begin()
+        try:
+            await self._request(rec, body)
+        finally:
+            self.progress.end()
+
+    async def _request(self, rec: RequestRecord, body: bytes) -> None:
         rec.sent_at = 0.0
         reads: list[tuple[float, bytes]] = []
         append = reads.append
@@ -377,7 +419,7 @@ class _Driver:
 
         started = _perf()
         try:
-            async with asyncio.timeout(self.endpoint.request_timeout_s):
+            async with asyncio.timeout(self.endpoint.timeouts.request_s):
                 # A Request built from pre-parsed URL and headers: client.stream() would re-parse
                 # and merge them on every request (a third of the per-request cost).
                 req = httpx.Request(
@@ -398,7 +440,7 @@ class _Driver:
                     if fast is not None:  # FastTransport: reads stamped on arrival, in bulk
                         await fast.collect(reads)
                     else:
-                        async for item in _stamped(resp.aiter_raw()):
+                        async for item in _stamped(resp.aiter_raw(), self.progress):
                             append(item)
                 finally:
                     await resp.aclose()
@@ -416,7 +458,7 @@ class _Driver:
         except TimeoutError:
             self._partial(rec, reads, started)
             rec.error_kind = "timeout"
-            rec.error = f"request exceeded {self.endpoint.request_timeout_s:g} s"
+            rec.error = f"request exceeded {self.endpoint.timeouts.request_s:g} s"
         except httpx.TimeoutException as exc:
             self._partial(rec, reads, started)
             kind = (
@@ -426,7 +468,7 @@ class _Driver:
             )
             rec.error_kind = kind
             # Which timeout it was (connect, pool, write, read) is in the type and message.
-            detail = str(exc) or f"no data for {self.endpoint.read_timeout_s:g} s"
+            detail = str(exc) or f"no data for {self.endpoint.timeouts.read_s:g} s"
             rec.error = f"{type(exc).__name__}: {detail}"[:300]
         except httpx.ConnectError as exc:
             rec.sent_at = rec.sent_at or started
@@ -438,6 +480,9 @@ class _Driver:
             self._partial(rec, reads, started)
             rec.error_kind = "stream_cut" if rec.sent_at else "connect"
             rec.error = f"{type(exc).__name__}: {exc}"[:300]
+        except StreamAborted as exc:
+            self._partial(rec, reads, started)
+            rec.error_kind, rec.error = exc.kind, str(exc)[:300]
         except httpx.HTTPError as exc:
             self._partial(rec, reads, started)
             rec.error_kind, rec.error = "connect", f"{type(exc).__name__}: {exc}"[:300]
@@ -486,6 +531,8 @@ class _Driver:
 
         async def worker() -> None:
             for conv in it:  # shared iterator: each conversation goes to exactly one worker
+                if self.stop is not None:
+                    return
                 await self.conversation(conv, warmup, _perf())
 
         await asyncio.gather(*(worker() for _ in range(min(n, len(convs)))))
@@ -515,11 +562,74 @@ class _Driver:
             delay = due - _perf()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if self.stop is not None:
+                break
             task = asyncio.create_task(run(conv, due))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.gather(*tasks)
+
+    async def watched(self, body: Awaitable[None]) -> None:
+        """Run ``body`` (the whole drive) under the stall detector and the cell deadline."""
+        task = asyncio.ensure_future(body)
+        watch = asyncio.ensure_future(self._watch(task))
+        try:
+            await asyncio.wait({task})
+        finally:
+            watch.cancel()
+            if not task.done():  # this drive was cancelled from outside (Ctrl-C)
+                task.cancel()
+        if not task.cancelled():
+            task.result()  # a bug inside the drive surfaces here
+        elif self.stop is None:
+            raise asyncio.CancelledError
+
+    async def _watch(self, task: asyncio.Future) -> None:
+        t = self.endpoint.timeouts
+        progress = self.progress
+        deadline = _perf() + t.cell_s
+        while self.stop is None:
+            now = _perf()
+            due = progress.last + t.stall_s if progress.in_flight else now + t.stall_s
+            await asyncio.sleep(max(min(due, deadline) - now, 0.05))
+            now = _perf()
+            if now >= deadline:
+                self._stop(Stop("deadline", f"cell deadline: not finished within {t.cell_s:g} s"))
+            elif progress.silent_for(now) >= t.stall_s:
+                n, health = progress.in_flight, await self._health()
+                silent = progress.silent_for(_perf())
+                if silent >= t.stall_s:  # nothing came while /health was asked either
+                    self._stop(
+                        Stop(
+                            "stalled",
+                            f"server stalled: no progress on any of {n} in-flight request(s) "
+                            f"for {silent:.0f} s (stall timeout {t.stall_s:g} s); GET /health: "
+                            f"{health}",
+                        )
+                    )
+        await asyncio.wait({task}, timeout=_STOP_GRACE_S)
+        task.cancel()  # what did not finish in the grace period (e.g. https requests)
+
+    async def _health(self) -> str:
+        """What the server's /health says now, in a few words for the stall's reason."""
+        wait = min(_HEALTH_TIMEOUT_S, self.endpoint.timeouts.stall_s)
+        auth = {k: v for k, v in self.headers.items() if k == "authorization"}
+        try:
+            async with httpx.AsyncClient(timeout=wait, trust_env=False) as client:
+                r = await client.get(self.endpoint.base_url.rstrip("/") + "/health", headers=auth)
+        except httpx.TimeoutException:
+            return f"no answer within {wait:g} s"
+        except httpx.HTTPError as exc:
+            return f"failed ({type(exc).__name__}: {exc})"[:200]
+        if r.status_code == 200:  # vLLM's /health fails only once the engine is dead
+            return "HTTP 200 (the HTTP server answers; its engine produces nothing)"
+        return f"HTTP {r.status_code}"
+
+    def _stop(self, stop: Stop) -> None:
+        self.stop = stop
+        if self.transport is not None:
+            self.transport.abort(StreamAborted(stop))
 
 
 def arrival_offsets(n: int, rate: float, seed: int | None = None) -> list[float]:
@@ -547,17 +657,17 @@ def _raise_fd_limit(want: int) -> None:
         pass
 
 
-def make_client(endpoint: EndpointConfig, pool: int) -> httpx.AsyncClient:
-    """One shared client; http:// goes through :class:`FastTransport` (pool of ``pool``)."""
+def make_client(
+    endpoint: EndpointConfig, pool: int, transport: FastTransport | None
+) -> httpx.AsyncClient:
+    """One shared client: through ``transport`` (http://), else httpx's own (pool of ``pool``)."""
+    t = endpoint.timeouts
     timeout = httpx.Timeout(
-        connect=min(30.0, endpoint.request_timeout_s),
-        read=endpoint.read_timeout_s,
-        write=endpoint.read_timeout_s,
-        pool=endpoint.request_timeout_s,
+        connect=min(30.0, t.request_s), read=t.read_s, write=t.read_s, pool=t.request_s
     )
     kw: dict = {}
-    if endpoint.base_url.startswith("http://"):
-        kw["transport"] = FastTransport(max_connections=pool)
+    if transport is not None:
+        kw["transport"] = transport
     else:  # https: httpx's own transport (TLS)
         kw["limits"] = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
     return httpx.AsyncClient(timeout=timeout, trust_env=False, **kw)
@@ -589,24 +699,36 @@ async def drive(
     # a large cap so that slow responses never turn it into a hidden closed loop.
     pool = concurrency or 16384
     _raise_fd_limit(pool + 256)
-    async with make_client(endpoint, pool) as client:
-        d = _Driver(endpoint, sampling, client, render_prompt, on_record)
+    http = endpoint.base_url.startswith("http://")
+    transport = FastTransport(max_connections=pool) if http else None
+    async with make_client(endpoint, pool, transport) as client:
+        d = _Driver(endpoint, sampling, client, render_prompt, on_record, transport)
 
         async def phase(convs: list[Conversation], is_warmup: bool) -> None:
-            if not convs:
+            if not convs or d.stop is not None:
                 return
             if rate is None:
                 await d.closed_loop(convs, concurrency, is_warmup)
             else:
                 await d.open_loop(convs, rate, concurrency, poisson_seed, is_warmup)
 
-        await phase(warm, True)
-        if before_measure is not None:
-            await before_measure()
-        await phase(measured, False)
-        if after_measure is not None:
-            await after_measure()
-    res = DriveResult(d.records, d.window_start, d.window_end, skipped=d.skipped)
+        async def hook(fn: Callable[[], Awaitable[None]] | None) -> None:
+            if fn is None or d.stop is not None:  # no scrape of a stalled server
+                return
+            d.progress.begin()  # in flight like a request: a server frozen here stalls too
+            try:
+                await fn()
+            finally:
+                d.progress.end()
+
+        async def body() -> None:
+            await phase(warm, True)
+            await hook(before_measure)
+            await phase(measured, False)
+            await hook(after_measure)
+
+        await d.watched(body())
+    res = DriveResult(d.records, d.window_start, d.window_end, skipped=d.skipped, stop=d.stop)
     for r in d.records:
         if r.warmup:
             res.warmup_sent += 1

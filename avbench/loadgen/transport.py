@@ -15,8 +15,13 @@ and replaces the wire layer:
   is kept as one (arrival, bytes) item; a consumer can ``collect()`` a whole response and is
   then woken once, not per read (exposed as ``response.extensions["arrivals"]``);
 - an idle pool per (host, port) capped at ``max_connections``: O(1) acquire and release;
-- a lazily re-armed watchdog per connection for the read (silence) timeout, not a timer per read;
-  it also looks at a connection silent for a second (a reset uvloop did not report, see _probe);
+- a lazily re-armed watchdog per connection for the read timeout, not a timer per read; it
+  also looks at a connection silent for a second (a reset uvloop did not report, see _probe);
+- the read timeout counts *progress*: the response head, or bytes of SSE data lines. SSE
+  comment lines (``: ping`` keep-alives) and blank lines are not progress, so a server that
+  only pings times out like a silent one. Every connection also moves one shared
+  :class:`Progress` clock, which the load driver reads to tell a stalled server (no progress on
+  any in-flight request) and :meth:`FastTransport.abort` fails every in-flight response at once;
 - httpcore's ``trace`` extension is honoured for ``http11.send_request_headers.started``, so
   callers learn the moment the request is written.
 
@@ -69,6 +74,38 @@ _CMSG_SPACE = socket.CMSG_SPACE(_TS.size) if hasattr(socket, "CMSG_SPACE") else 
 _HEX = b"0123456789abcdefABCDEF"
 # A connection silent this long while a response is awaited is checked directly (_probe).
 _PROBE_S = 1.0
+# Where an SSE body stands between reads: at the start of a line, in a field line, in a comment.
+_LINE_START, _FIELD_LINE, _COMMENT_LINE = range(3)
+_NOT_A_FIELD = b":\r\n"  # first bytes of a line that carry no event data
+
+
+class Progress:
+    """When any in-flight response of a transport last made progress (perf_counter).
+
+    ``begin``/``end`` bracket each request; the clock restarts when a request starts while none
+    is in flight, so idle time between requests never counts as a stall."""
+
+    __slots__ = ("in_flight", "last")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last = _perf()
+
+    def begin(self) -> None:
+        if not self.in_flight:
+            self.last = _perf()
+        self.in_flight += 1
+
+    def end(self) -> None:
+        self.in_flight -= 1
+
+    def saw(self, t: float) -> None:
+        if t > self.last:
+            self.last = t
+
+    def silent_for(self, now: float) -> float:
+        """Seconds without progress while some request is in flight (0 when none is)."""
+        return now - self.last if self.in_flight else 0.0
 
 
 class MalformedResponseError(httpx.RemoteProtocolError):
@@ -78,9 +115,12 @@ class MalformedResponseError(httpx.RemoteProtocolError):
 class _Conn:
     """One HTTP/1.1 connection on a non-blocking socket; parses one response at a time."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, progress: Progress | None = None
+    ):
         self.loop = loop
         self.sock = sock
+        self.progress = progress or Progress()  # shared by a transport's connections
         self.closed = False
         self.pending = b""  # request bytes the kernel did not take yet
         self.drained: asyncio.Future | None = None  # resolves when pending is written (or lost)
@@ -97,7 +137,10 @@ class _Conn:
         self.keep_alive = True
         self.got_bytes = False
         self.collecting = False
-        self.last_data = _perf()
+        self.last_data = _perf()  # any byte (the probe of a silent socket)
+        self.last_progress = self.last_data  # the head or SSE data (the read timeout)
+        self.sse = False  # the response is text/event-stream
+        self.sse_line = _LINE_START
         self.read_timeout: float | None = None
         self.timer: asyncio.TimerHandle | None = None
 
@@ -211,10 +254,12 @@ class _Conn:
             data = self.buf + data
             self.buf = b""
         try:
-            while self.state == _HEADERS:  # more than once only after an interim 1xx response
-                data = self._parse_head(data)
-                if data is None:
-                    return
+            if self.state == _HEADERS:
+                while self.state == _HEADERS:  # more than once only after an interim 1xx
+                    data = self._parse_head(data)
+                    if data is None:
+                        return
+                self._progressed(t)  # the final response head
             out = self._parse_body(data)
         except ValueError as exc:
             self._fail(MalformedResponseError(f"malformed HTTP response: {exc}"))
@@ -222,9 +267,47 @@ class _Conn:
             return
         if out:
             self.items.append((t, out))
+            # Inline fast path: a read that starts a data line and ends a line is progress.
+            if not self.sse or (
+                self.sse_line == _LINE_START and out[0] not in _NOT_A_FIELD and out[-1] == 10
+            ):
+                self._progressed(t)
+            elif self._sse_progress(out):
+                self._progressed(t)
         # A collecting consumer is woken once, at the end, not per read (halves per-read cost).
         if self.state == _DONE or (out and not self.collecting):
             self._wake()
+
+    def _progressed(self, t: float) -> None:
+        self.last_progress = t
+        self.progress.saw(t)
+
+    def _sse_progress(self, out: bytes) -> bool:
+        """Whether ``out`` holds a byte of an SSE field line (data, event, id, retry), and where
+        the body stands after it. Comment lines (':...') and blank lines are not progress."""
+        state, pos, n = self.sse_line, 0, len(out)
+        while pos < n:
+            if state == _LINE_START:
+                first = out[pos]
+                if first in _NOT_A_FIELD[1:]:  # a blank line: the end of an event
+                    pos += 1
+                    continue
+                if first != 58:  # not ':': a field line, progress; only the end state is left
+                    self.sse_line = _tail_state(out, _FIELD_LINE)
+                    return True
+                state = _COMMENT_LINE
+            elif state == _FIELD_LINE:  # a field line continued from the previous read
+                if out[pos] not in _NOT_A_FIELD[1:]:
+                    self.sse_line = _tail_state(out, _FIELD_LINE)
+                    return True
+                pos, state = pos + 1, _LINE_START  # only its line end came now
+                continue
+            eol = out.find(b"\n", pos)
+            if eol < 0:
+                break
+            pos, state = eol + 1, _LINE_START
+        self.sse_line = state
+        return False
 
     # -- parsing ----------------------------------------------------------------------
     def _parse_head(self, data: bytes) -> bytes | None:
@@ -260,7 +343,9 @@ class _Conn:
             k, v = k.strip(), v.strip()
             headers.append((k, v))
             lk = k.lower()
-            if lk == b"transfer-encoding" and b"chunked" in v.lower():
+            if lk == b"content-type":
+                self.sse = v.lower().startswith(b"text/event-stream")
+            elif lk == b"transfer-encoding" and b"chunked" in v.lower():
                 chunked = True
             elif lk == b"content-length":
                 length = int(v)
@@ -393,7 +478,7 @@ class _Conn:
             if due <= now:
                 due = now + _PROBE_S
             if self.read_timeout is not None:
-                due = min(due, self.last_data + self.read_timeout)
+                due = min(due, self.last_progress + self.read_timeout)
             # loop.time() and perf_counter() are both CLOCK_MONOTONIC based; convert via offset.
             self.timer = self.loop.call_at(self.loop.time() + (due - now), self._on_timer)
 
@@ -401,12 +486,13 @@ class _Conn:
         self.timer = None
         if self.state == _DONE or self.error is not None:
             return
-        silent = _perf() - self.last_data
-        if self.read_timeout is not None and silent >= self.read_timeout - 1e-3:
-            self._fail(httpx.ReadTimeout(f"no data for {self.read_timeout:g} s"))
+        now = _perf()
+        if self.read_timeout is not None and now - self.last_progress >= self.read_timeout - 1e-3:
+            only = " (only SSE comments)" if self.last_data > self.last_progress else ""
+            self._fail(httpx.ReadTimeout(f"no data for {self.read_timeout:g} s{only}"))
             self.close()
             return
-        if silent >= _PROBE_S - 1e-3:
+        if now - self.last_data >= _PROBE_S - 1e-3:
             self._probe()
             if self.closed:
                 return
@@ -510,6 +596,16 @@ class _Stream(httpx.AsyncByteStream):
         self._release(reuse=False)
 
 
+def _tail_state(out: bytes, open_line: int) -> int:
+    """Where an SSE body stands after ``out``: ``open_line`` when it holds no line end."""
+    if out[-1] == 10:
+        return _LINE_START
+    eol = out.rfind(b"\n")
+    if eol < 0:
+        return open_line
+    return _COMMENT_LINE if out[eol + 1] == 58 else _FIELD_LINE
+
+
 def _fmt_addr(family: int, addr: tuple) -> str:
     return f"[{addr[0]}]:{addr[1]}" if family == socket.AF_INET6 else f"{addr[0]}:{addr[1]}"
 
@@ -517,8 +613,9 @@ def _fmt_addr(family: int, addr: tuple) -> str:
 class FastTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 keep-alive transport (no TLS, no HTTP/2) with O(1) pooling."""
 
-    def __init__(self, max_connections: int = 100):
+    def __init__(self, max_connections: int = 100, progress: Progress | None = None):
         self.max_connections = max_connections
+        self.progress = progress or Progress()
         self._idle: dict[tuple, list[_Conn]] = {}
         self._sem: asyncio.Semaphore | None = None
         self._all: set[_Conn] = set()
@@ -543,7 +640,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self._sem.release()
             raise
-        conn = _Conn(asyncio.get_running_loop(), sock)
+        conn = _Conn(asyncio.get_running_loop(), sock, self.progress)
         conn.start()
         self._all.add(conn)
         return conn, False
@@ -620,7 +717,7 @@ class FastTransport(httpx.AsyncBaseTransport):
             conn.send(wire)
         if conn.pending and not conn.closed:
             await conn.drain(tmo.get("write"))
-        conn.last_data = _perf()
+        conn.last_data = conn.last_progress = _perf()
         conn._arm()
         return await conn.head
 
@@ -664,6 +761,14 @@ class FastTransport(httpx.AsyncBaseTransport):
                     "arrivals": stream,
                 },
             )
+
+    def abort(self, exc: Exception) -> None:
+        """Fail every response in flight with ``exc`` (a stalled server: nothing to wait for);
+        what each one received so far stays with its caller."""
+        for conn in list(self._all):
+            if conn.head is not None and conn.state != _DONE and conn.error is None:
+                conn._fail(exc)
+                conn.close()
 
     async def aclose(self) -> None:
         for conn in list(self._all):

@@ -15,9 +15,11 @@ Faults (per request): ``http_5xx``, ``http_4xx``, ``cut`` (connection closed mid
 ``stall`` (half the stream, then silence), ``malformed`` (one chunk of broken JSON),
 ``slow_first`` (first token after ``slow_first_delay_s``), ``reset`` (TCP reset mid-stream),
 ``bad_chunk`` (one HTTP chunk whose data is not followed by CRLF), ``interim`` (``100 Continue``
-and ``103 Early Hints`` before the response). Chosen by the ``x-fake-fault`` header, a
-``@fault:<kind>`` marker in the last user message / prompt, the request's arrival index
-(``faults_by_index``) or a seeded probability (``fault_probs``).
+and ``103 Early Hints`` before the response), ``pings`` (half the stream, then only SSE comments,
+``: ping``, every ``ping_interval_s``: a server alive on the wire whose generation stopped).
+Chosen by the ``x-fake-fault`` header, a ``@fault:<kind>`` marker in the last user message /
+prompt, the request's arrival index (``faults_by_index``) or a seeded probability
+(``fault_probs``). ``tokenize=False`` drops vLLM's /tokenize, as other OpenAI-style servers do.
 
 ``idle_timeout_s`` closes a keep-alive connection left idle that long after a response, as
 uvicorn's keep-alive timeout does (with a TCP reset when ``idle_reset``): the race of a client
@@ -55,6 +57,7 @@ FAULT_KINDS = (
     "reset",
     "bad_chunk",
     "interim",
+    "pings",
 )
 _FAULT_MARK = re.compile(r"@fault:([a-z_0-9]+)")
 # Token texts: plain ASCII words so the JSON needs no escaping work per chunk.
@@ -76,6 +79,8 @@ class ServerConfig:
     fault_seed: int = 0
     slow_first_delay_s: float = 0.5
     stall_s: float = 3600.0  # how long a stalled stream stays silent before the server drops it
+    ping_interval_s: float = 0.1  # the "pings" fault: one SSE comment this often
+    tokenize: bool = True  # serve vLLM's /tokenize and /detokenize (False: 404, like other servers)
     record: bool = True  # keep per-request emission logs (served at GET /_emissions)
     keep_bodies: bool = False  # keep each request's JSON body in its log (for multi-turn tests)
     idle_timeout_s: float | None = None  # close keep-alive connections idle this long
@@ -141,6 +146,9 @@ def _schedule(cfg: ServerConfig, n_out: int, fault: str | None) -> list[tuple[fl
     if fault == "slow_first" and sched:
         sched[0] = (cfg.slow_first_delay_s, sched[0][1])
     return sched
+
+
+_MID_STREAM_FAULTS = ("cut", "stall", "malformed", "reset", "bad_chunk", "pings")
 
 
 def _frame(payload: bytes) -> bytes:
@@ -387,7 +395,7 @@ async def _stream(
     if r.role is not None:
         pids = "[" + ",".join(["1"] * prompt_tokens) + "]" if want_ids else "null"
         writer.write(_frame((r.role % pids).encode()))
-    cut_at = len(sched) // 2 if fault in ("cut", "stall", "malformed", "reset", "bad_chunk") else -1
+    cut_at = len(sched) // 2 if fault in _MID_STREAM_FAULTS else -1
     t_next = time.perf_counter()
     tok = 0
     for i, (delay, n) in enumerate(sched):
@@ -398,10 +406,14 @@ async def _stream(
                 return
             if fault == "bad_chunk":
                 writer.write(b"5\r\nhelloXX")  # the CRLF after the data is missing
-            if fault == "stall":
-                # Silent until the client gives up (EOF), the server stops, or stall_s.
+            if fault in ("stall", "pings"):
+                # Silent (or pinging) until the client gives up (EOF), the server stops, or stall_s.
                 t_end = time.perf_counter() + cfg.stall_s
+                t_ping = time.perf_counter()
                 while not (writer.eof or st.stop.is_set() or time.perf_counter() > t_end):
+                    if fault == "pings" and time.perf_counter() >= t_ping:
+                        writer.write(_frame(b": ping\n\n"))
+                        t_ping += cfg.ping_interval_s
                     await asyncio.sleep(0.02)
                 writer.abort()
                 return
@@ -511,7 +523,7 @@ def _make_handler(st: _State):
                     st.emissions.clear()
                     st.count = st.max_in_flight = st.connections = st.idle_closed = 0
                     _plain(writer, 200, "OK", b"{}")
-                elif path in ("/tokenize", "/detokenize"):
+                elif path in ("/tokenize", "/detokenize") and st.cfg.tokenize:
                     _plain(writer, 200, "OK", _tokenizer_endpoint(path, raw))
                 elif path in ("/health", "/v1/models"):
                     models = {"object": "list", "data": [{"id": st.cfg.model, "object": "model"}]}

@@ -126,6 +126,15 @@ def load_workload(
     )
 
 
+def check_workload(spec: WorkloadSpec) -> None:
+    """Read every row of ``spec``'s source, without counting tokens: what a run does before any
+    server starts, so a missing data_dir, SPEED-Bench offline, a bad or placeholder row stop it
+    there (generated workloads are checked when their tokenizer is known)."""
+    loader = LOADERS.get(spec.dataset)
+    if loader is not None:
+        loader.load(spec)
+
+
 def builtin_workloads() -> dict[str, WorkloadSpec]:
     """Dataset-level workloads known without a suite file (suites may define more)."""
     specs = [

@@ -20,29 +20,10 @@ from avbench.errors import WorkloadError
 from avbench.workloads.base import Conversation, WorkloadSource
 from avbench.workloads.hub import HubUnavailable, load_hub_rows
 from avbench.workloads.loaders import RawWorkload, field_of, read_jsonl, sha256_file
-from avbench.workloads.spec import WorkloadSpec
+from avbench.workloads.spec import DEFAULT_SUBSET, WorkloadSpec, speed_bench_problem
 
 HUB_REPO = "nvidia/SPEED-Bench"
 HUB_SPLIT = "test"
-DEFAULT_SUBSET = "qualitative"  # vLLM's --speed-bench-dataset-subset default
-THROUGHPUT_CATEGORIES = ("low_entropy", "mixed", "high_entropy")
-QUALITATIVE_CATEGORIES = (
-    "coding",
-    "humanities",
-    "math",
-    "multilingual",
-    "qa",
-    "rag",
-    "reasoning",
-    "roleplay",
-    "stem",
-    "summarization",
-    "writing",
-)
-SUBSETS: dict[str, tuple[str, ...]] = {
-    "qualitative": QUALITATIVE_CATEGORIES,
-    **{f"throughput_{n}": THROUGHPUT_CATEGORIES for n in ("1k", "2k", "8k", "16k", "32k")},
-}
 PLACEHOLDER_PREFIX = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE"
 LICENSE = "NVIDIA Evaluation Dataset License Agreement"
 
@@ -90,17 +71,9 @@ class SpeedBenchLoader:
 
     def load(self, spec: WorkloadSpec) -> RawWorkload:
         subset = spec.subset or DEFAULT_SUBSET
-        if subset not in SUBSETS:
-            raise WorkloadError(
-                f"workload {spec.name}: subset '{subset}' is not a SPEED-Bench subset "
-                f"(expected one of {', '.join(SUBSETS)})"
-            )
-        allowed = SUBSETS[subset]
-        if spec.category is not None and spec.category not in allowed:
-            raise WorkloadError(
-                f"workload {spec.name}: category '{spec.category}' is not in SPEED-Bench "
-                f"{subset} (expected one of {', '.join(allowed)})"
-            )
+        problem = speed_bench_problem(subset, spec.category)  # a spec built without validation
+        if problem:
+            raise WorkloadError(f"workload {spec.name}: {problem}")
         if spec.data_dir is not None:
             rows, source, where = self._from_dir(Path(spec.data_dir), subset)
         else:

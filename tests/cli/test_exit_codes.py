@@ -60,7 +60,7 @@ SWEEP = ("sweep", "--pair", "tiny-cpu")
     ("args", "says"),
     [
         ((*SWEEP, "--port", "99999"), "--port: expected a TCP port 1-65535, got 99999"),
-        ((*SWEEP, "--ready-timeout", "-5"), "--ready-timeout: expected a number > 0, got -5"),
+        ((*SWEEP, "--ready-timeout", "-5"), "--ready-timeout: expected a finite number > 0"),
         ((*SWEEP, "--run-id", "../../x"), "--run-id '../../x'"),
         ((*SWEEP, "--api-key", "k"), "key of 1 characters refused"),
         ((*SWEEP, "--k", "1,5"), "--k: 5 above max_k 3 of pair tiny-cpu"),

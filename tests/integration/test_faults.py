@@ -25,16 +25,6 @@ ARM = "static-k1"
 FIRST, LAST = (f"{ARM}__gsm8k-tiny__c{c}__rep0" for c in (1, 2))
 
 
-def _wait(what: str, check, proc: subprocess.Popen, timeout: float):
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        if proc.poll() is not None:
-            pytest.fail(f"avbench exited (code {proc.returncode}) before {what}")
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return found
-
-
 def _posts(log: Path) -> int:
     return log.read_text(errors="replace").count('"POST /v1/') if log.exists() else 0
 
@@ -45,7 +35,7 @@ def _pgid(run: Path, other_than: int | None = None) -> int | None:
     return pgid if pgid != other_than else None
 
 
-def test_server_killed_in_the_last_cell_then_avbench_killed_during_start_up(tmp_path):
+def test_server_killed_in_the_last_cell_then_avbench_killed_during_start_up(tmp_path, wait_for):
     port = find_free_port()
     run = tmp_path / "r"
     cmd = [
@@ -58,11 +48,11 @@ def test_server_killed_in_the_last_cell_then_avbench_killed_during_start_up(tmp_
     try:
         # 1. vLLM SIGKILLed (whole group) once two requests of the last cell have started.
         log = run / "arms" / ARM / "server.log"
-        _wait("the first cell", lambda: (run / "cells.jsonl").exists(), proc, 900)
+        wait_for("the first cell", lambda: (run / "cells.jsonl").exists(), proc, 900)
         posts = _posts(log)
         # The first cell's 6 requests (a stale keep-alive connection may be retried once).
         assert posts >= 6, posts
-        _wait("the last cell's requests", lambda: _posts(log) >= posts + 2, proc, 300)
+        wait_for("the last cell's requests", lambda: _posts(log) >= posts + 2, proc, 300)
         pgid = _pgid(run)
         os.killpg(pgid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
@@ -96,9 +86,9 @@ def test_server_killed_in_the_last_cell_then_avbench_killed_during_start_up(tmp_
         text=True,
     )
     try:
-        new = _wait("the new server", lambda: _pgid(run, other_than=pgid), proc, 300)
+        new = wait_for("the new server", lambda: _pgid(run, other_than=pgid), proc, 300)
         # Up to the API server and its EngineCore (a grandchild of avbench).
-        _wait("vLLM's engine process", lambda: len(group_members(new)) >= 2, proc, 300)
+        wait_for("vLLM's engine process", lambda: len(group_members(new)) >= 2, proc, 300)
     finally:
         proc.kill()  # SIGKILL: no handler runs in avbench
         proc.wait()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from avbench.loadgen.client import arrival_offsets, reconcile_counts, run_drive
-from avbench.loadgen.config import EndpointConfig, SamplingParams
+from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.testing.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.workloads.base import Conversation
 
@@ -76,7 +76,7 @@ def test_each_fault_is_counted_with_its_kind_and_nothing_hangs():
     convs += [Conversation(id="slow_first", turns=("@fault:slow_first",))]
     convs += _convs(4)
     with serve_in_thread(cfg) as srv:
-        ep = _ep(srv, read_timeout_s=0.4, request_timeout_s=5)
+        ep = _ep(srv, timeouts=Timeouts(read_s=0.4, request_s=5))
         res = run_drive(ep, SP, convs, concurrency=4)
     by_id = {r.conversation_id: r for r in res.records}
     for fault, kind in FAULTS.items():
@@ -94,7 +94,7 @@ def test_slow_first_token_beyond_read_timeout_and_overall_timeout():
     with serve_in_thread(
         ServerConfig(tokens_per_chunk=1, inter_chunk_delay_s=0.05, slow_first_delay_s=0.5)
     ) as srv:
-        ep = _ep(srv, read_timeout_s=0.2, request_timeout_s=0.3)
+        ep = _ep(srv, timeouts=Timeouts(read_s=0.2, request_s=0.3))
         res = run_drive(ep, SP, [Conversation(id="a", turns=("@fault:slow_first",))], concurrency=1)
         assert res.errors == {"timeout": 1}
         # 12 chunks x 50 ms > 0.3 s overall limit, though no single silence exceeds 0.2 s
@@ -107,7 +107,9 @@ def test_connect_error_is_counted():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again at once: nothing listens there
-    ep = EndpointConfig(base_url=f"http://127.0.0.1:{port}", model="m", request_timeout_s=2)
+    ep = EndpointConfig(
+        base_url=f"http://127.0.0.1:{port}", model="m", timeouts=Timeouts(request_s=2)
+    )
     res = run_drive(ep, SP, _convs(2), concurrency=2)
     assert res.errors == {"connect": 2} and res.ok == 0
 

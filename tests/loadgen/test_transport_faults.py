@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from avbench.loadgen.client import drive, run_drive
-from avbench.loadgen.config import EndpointConfig, SamplingParams
+from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.transport import FastTransport
 from avbench.testing.stream_server import ServerConfig, serve_in_thread
 from avbench.workloads.base import Conversation
@@ -29,8 +29,9 @@ AT_ONCE_S = 1.0  # "at once", with room for a busy shared CI machine
 
 
 def _ep(base_url: str, **kw) -> EndpointConfig:
-    kw.setdefault("request_timeout_s", POOL_TIMEOUT_S)
-    return EndpointConfig(base_url=base_url, model="fake-model", **kw)
+    return EndpointConfig(
+        base_url=base_url, model="fake-model", timeouts=Timeouts(request_s=POOL_TIMEOUT_S, **kw)
+    )
 
 
 def _convs(*prompts: str) -> list[Conversation]:
@@ -96,7 +97,7 @@ def test_keep_alive_connection_dropped_while_idle_costs_no_request(reset, busy):
 def test_stalled_stream_hits_the_read_timeout_and_frees_its_slot():
     with serve_in_thread(ServerConfig(tokens_per_chunk=2, inter_chunk_delay_s=0.002)) as srv:
         res = run_drive(
-            _ep(srv.base_url, read_timeout_s=0.3),
+            _ep(srv.base_url, read_s=0.3),
             SP,
             _convs("@fault:stall", "b", "c"),
             concurrency=1,
@@ -154,7 +155,7 @@ def test_write_timeout_when_the_peer_stops_reading():
     with _hung_server() as url:
         huge = "x" * (24 << 20)  # far beyond what loopback buffers take
         t0 = time.perf_counter()
-        res = run_drive(_ep(url, read_timeout_s=0.3), SP, _convs(huge, "small"), concurrency=1)
+        res = run_drive(_ep(url, read_s=0.3), SP, _convs(huge, "small"), concurrency=1)
         took = time.perf_counter() - t0
     blocked, small = res.records
     assert blocked.error_kind == "timeout" and blocked.error.startswith("WriteTimeout")

@@ -161,7 +161,7 @@ def test_resume_refuses_a_manifest_it_cannot_trust(tmp_path, edit, says):
     ("change", "says"),
     [
         ({"port": 99999}, "--port: expected a TCP port 1-65535, got 99999"),
-        ({"ready_timeout_s": -5}, "--ready-timeout: expected a number > 0, got -5"),
+        ({"ready_timeout_s": -5}, "--ready-timeout: expected a finite number > 0, got -5"),
         ({"api_key": SecretStr("abc")}, "key of 3 characters refused"),
         ({"attach_arm": Arm("static", 99)}, "--arm static-k99: K=99 is above max_k 3"),
         ({"endpoint": "ftp://127.0.0.1:1"}, "expected an http:// or https:// URL"),

@@ -208,3 +208,59 @@ def test_bad_vllm_python_says_what_failed(python, says):
         probe_vllm(python)
     assert str(exc.value).startswith(f"--vllm-python {python}: ") and says in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_the_server_gets_only_its_own_environment(tmp_path, monkeypatch, tiny):
+    # Stand-in for vLLM that writes down the environment it was started with.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-avbench-own-key")  # avbench's key source
+    monkeypatch.setenv("VLLM_API_KEY", "sk-some-old-key")  # would make the server refuse us
+    monkeypatch.setenv("AVBENCH_CAPTURE_DIR", "/tmp/elsewhere")  # avbench's own settings
+    monkeypatch.setenv("AVBENCH_SUITES", "/tmp/suites")
+    monkeypatch.setenv("HF_TOKEN", "hf-token-the-server-needs")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    dump = tmp_path / "env.json"
+    code = f"import json, os, time; open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    env = build_env(tiny, Arm("static", 1), "sk-the-key-avbench-sends")
+    env["AVBENCH_CAPTURE"] = "drafts"  # what the arm sets for the plugin is kept
+    server = _proc(tmp_path, code + "; time.sleep(60)", timeout=5)
+    server.env = env
+    server.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (dump.exists() and dump.read_text().endswith("}")):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    seen = json.loads(dump.read_text())
+    assert "OPENAI_API_KEY" not in seen
+    assert seen["VLLM_API_KEY"] == "sk-the-key-avbench-sends"
+    assert not {"AVBENCH_CAPTURE_DIR", "AVBENCH_SUITES"} & seen.keys()
+    assert seen["AVBENCH_CAPTURE"] == "drafts"
+    assert seen["HF_TOKEN"] == "hf-token-the-server-needs"
+    assert seen["CUDA_VISIBLE_DEVICES"] == "2,3" and seen["PATH"] == os.environ["PATH"]
+    assert seen["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the pair's env
+
+
+def test_a_sigstopped_server_is_stopped_without_waiting_for_the_grace(tmp_path):
+    import signal
+
+    # Like vLLM, the stand-in handles SIGTERM itself: a stopped process only runs it once
+    # continued (a signal left to its default action would kill even a stopped process).
+    code = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0));"
+        "print('up', flush=True); time.sleep(300)"
+    )
+    server = _proc(tmp_path, code, timeout=5)
+    server.stop_grace_s = 20
+    server.start()
+    pgid = server.pgid
+    deadline = time.monotonic() + 30
+    while "up" not in server.log_tail():  # its handler is installed
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(pgid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    server.stop()
+    assert time.monotonic() - t0 < 10, "SIGTERM to a stopped group waited for the grace period"
+    assert not group_alive(pgid)

@@ -10,7 +10,8 @@ import pytest
 
 from avbench.errors import WorkloadError
 from avbench.workloads.registry import builtin_workloads, load_workload
-from avbench.workloads.speed_bench import PLACEHOLDER_PREFIX, QUALITATIVE_CATEGORIES
+from avbench.workloads.spec import QUALITATIVE_CATEGORIES
+from avbench.workloads.speed_bench import PLACEHOLDER_PREFIX
 
 
 def _spec(name, data_dir, **update):
