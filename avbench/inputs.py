@@ -60,8 +60,8 @@ def check_api_key(key: str, option: str = "--api-key / OPENAI_API_KEY") -> str:
 def validation_error(exc, what: str) -> AvbenchError:
     """A pydantic ValidationError of what the user typed, as one line naming the field."""
     err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    return AvbenchError(f"{what} {loc}: {err['msg']}")
+    loc = ".".join(str(x) for x in err["loc"]) or "of the sweep"  # empty: a cross-field check
+    return AvbenchError(f"{what} {loc}: {err['msg'].removeprefix('Value error, ')}")
 
 
 def check_positive(value: float | None, option: str) -> None:

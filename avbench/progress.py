@@ -62,6 +62,12 @@ def cell_summary(row: dict) -> str:
     same = identity_text(row, short=True)
     if same != "-":
         acc += f" | identical to baseline: {same}"
+    if row.get("stop_reason"):  # a sequential cell: why it stopped, its intervals
+        rel = [_fmt(row.get(f"{m}_ci_rel"), ".1%") for m in ("output_tok_s", "tpot_ms_median")]
+        acc += (
+            f" | {row['stop_reason']} after {row['requests_sent']} requests "
+            f"(95% ± {rel[0]} tok/s, ± {rel[1]} TPOT)"
+        )
     burst = row.get("stream_burst_frac") or 0
     if burst:
         acc += f" | ⚠ {burst:.0%} of streams arrived in one burst (see stream_burst_frac)"

@@ -792,6 +792,11 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
             except httpx.HTTPError:
                 scrapes[which] = None
 
+    monitor = None
+    if opts.sweep.sequential is not None:
+        from avbench.metrics.sequential import SequentialMonitor
+
+        monitor = SequentialMonitor(opts.sweep.sequential)
     result = run_drive(
         endpoint,
         sampling,
@@ -803,6 +808,7 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
         render_prompt=render,
         before_measure=lambda: scrape("before"),
         after_measure=lambda: scrape("after"),
+        finish_when=monitor.observe if monitor is not None else None,
     )
     records = result.records
     if result.stop is not None:  # a failed cell (judge_cell): nothing to compute
@@ -810,6 +816,8 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
         return CellMeasurement(cell.to_dict() | counts, records, scrapes, result.stop)
     measured_records = [r for r in records if not r.warmup]
     window = result.window_end - result.window_start
+    # All of them, or the first ones of a sequential cell that stopped.
+    conversations_sent = len(warm) + sum(r.turn == 0 for r in measured_records)
     metrics = compute_cell_metrics(
         measured_records,
         window_s=window,
@@ -839,7 +847,7 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
         "ignore_eos": sampling.ignore_eos,
         "chat_template_kwargs": sampling.chat_template_kwargs,
         "api": spec.api,
-        "conversations_cycled": cell.num_requests + cell.warmup > len(loaded.conversations),
+        "conversations_cycled": conversations_sent > len(loaded.conversations),
         # Same hash in every arm's cell = the same prompts in the same order.
         "prompts_sha256": hashlib.sha256(
             "\n".join(c.id for c in warm + measured).encode()
@@ -855,6 +863,11 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
     }
     row |= metrics.values
     row["metric_notes"] = list(metrics.notes) or None
+    if monitor is not None:
+        from avbench.metrics.sequential import sequential_columns
+
+        span = (result.window_start, result.window_end)
+        row |= sequential_columns(monitor, measured_records, span)
     row |= per_turn_columns(measured_records, window, _gpus(opts))
     row |= _quality(store, arm, cell, measured_records, sampling, loaded)
     return CellMeasurement(row, records, scrapes)

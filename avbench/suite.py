@@ -106,6 +106,37 @@ class Pair(BaseModel):
         return v
 
 
+SequentialMetric = Literal["output_tok_s", "tpot_ms_median"]
+
+
+class StoppingRule(BaseModel):
+    """A sequential cell (docs/measurement.md): it runs until the 95% interval of each metric is
+    within ± ``target`` of its estimate, or a ceiling; the floors come before the first look."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: float = Field(gt=0, lt=1)  # relative half-width, e.g. 0.03
+    metrics: tuple[SequentialMetric, ...] = ("output_tok_s", "tpot_ms_median")
+    min_requests: int = Field(32, gt=0)  # measured requests
+    max_requests: int = Field(4096, gt=0)
+    min_time_s: float = Field(0.0, ge=0)  # measured seconds
+    max_time_s: float = Field(600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _floors_below_ceilings(self) -> StoppingRule:
+        if not self.metrics:
+            raise ValueError("metrics: name output_tok_s, tpot_ms_median or both")
+        if self.min_requests > self.max_requests:
+            raise ValueError(
+                f"min_requests {self.min_requests} is above max_requests {self.max_requests}"
+            )
+        if self.min_time_s >= self.max_time_s:
+            raise ValueError(
+                f"min_time_s {self.min_time_s} is not below max_time_s {self.max_time_s}"
+            )
+        return self
+
+
 class Sweep(BaseModel):
     """What to run against each arm: workloads × concurrencies × repeats."""
 
@@ -145,6 +176,8 @@ class Sweep(BaseModel):
     draft_fraction: float = Field(1.0, gt=0, le=1)
     # A cell with a larger share of failed measured requests is a failed cell, not a result.
     max_failed_share: float = Field(0.1, ge=0, lt=1)
+    # Sequential cells: each runs until its own numbers are known (None: a fixed request count).
+    sequential: StoppingRule | None = None
     sampling: SamplingParams = SamplingParams()
     timeouts: Timeouts = Timeouts()
 
@@ -183,6 +216,11 @@ class Sweep(BaseModel):
                 "draft_sample_method 'greedy' with an av arm: AV ranks drafts by the drafter's "
                 "distribution and needs 'probabilistic'"
             )
+        if self.sequential is not None and self.rates is not None:
+            raise ValueError(
+                "sequential cells need a closed loop (concurrencies): their intervals assume "
+                f"a fixed number of requests in flight, and rates {self.rates} were given"
+            )
         loads = [max(1, round(r)) for r in self.rates or []] or self.concurrencies
         biggest = self.num_requests(max(loads)) + self.warmup
         if biggest > MAX_CELL_REQUESTS:
@@ -206,6 +244,9 @@ class Sweep(BaseModel):
         return self.draft_sample_method
 
     def num_requests(self, concurrency: int) -> int:
+        """Measured conversations a cell sends (a sequential cell: at most)."""
+        if self.sequential is not None:
+            return self.sequential.max_requests
         n = max(self.requests_per_concurrency * concurrency, self.min_requests)
         return min(n, self.max_requests) if self.max_requests else n
 
@@ -276,7 +317,7 @@ def _format_validation(path: Path, prefix: str, exc: ValidationError) -> str:
     got = err.get("input")
     got_s = "" if isinstance(got, dict) else f" (got {got!r})"
     more = f" [+{len(exc.errors()) - 1} more]" if len(exc.errors()) > 1 else ""
-    return f"{path}: {loc}: {err['msg']}{got_s}{more}"
+    return f"{path}: {loc}: {err['msg'].removeprefix('Value error, ')}{got_s}{more}"
 
 
 def _parse_table(path: Path, data: dict, key: str, model: type[BaseModel]) -> dict:

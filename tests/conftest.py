@@ -1,5 +1,7 @@
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,24 @@ SUITES = REPO / "suites"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def serve_fake():
+    """`avbench serve-fake` in its own process (2 tokens a chunk, 1 ms apart); yields its URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "avbench.cli", "serve-fake", "--port", "0",
+         "--tokens-per-chunk", "2", "--inter-chunk-ms", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.fixture

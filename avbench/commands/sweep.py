@@ -97,6 +97,7 @@ def _resolve(suites, pair_name, sweep_name, overrides):
     for nested in ("sampling", "timeouts"):  # merged field by field into the sweep's own
         given = overrides.pop(nested, None) or {}
         data[nested] |= {k: v for k, v in given.items() if v is not None}
+    data["sequential"] = merge_sequential(data.get("sequential"), overrides.pop("sequential", None))
     data |= {k: v for k, v in overrides.items() if v is not None}
     if overrides.get("concurrencies"):  # closed loop asked for: the file's rates step aside
         data["rates"] = None
@@ -114,6 +115,34 @@ def _resolve(suites, pair_name, sweep_name, overrides):
             )
         pair = pair.model_copy(update={"k_values": sweep.k_values})
     return suite, pair, sweep
+
+
+def sequential_override(
+    target: float | None,
+    requests: tuple[int | None, int | None],
+    time_s: tuple[float | None, float | None],
+) -> dict | None:
+    """--target-half-width and the cell floors/ceilings, as fields of the sweep's `sequential`."""
+    given = {
+        "target": target,
+        "min_requests": requests[0],
+        "max_requests": requests[1],
+        "min_time_s": time_s[0],
+        "max_time_s": time_s[1],
+    }
+    return {k: v for k, v in given.items() if v is not None} or None
+
+
+def merge_sequential(stored: dict | None, given: dict | None) -> dict | None:
+    """The sweep file's sequential setting with the command line's fields over it."""
+    if not given:
+        return stored
+    if stored is None and "target" not in given:
+        raise AvbenchError(
+            "--cell-min-requests/--cell-max-requests/--cell-min-time/--cell-max-time bound "
+            "sequential cells: give --target-half-width too (or a sweep with a `sequential` table)"
+        )
+    return (stored or {}) | given
 
 
 def _csv_ints(v: str | None) -> list[int] | None:
@@ -208,6 +237,14 @@ def plan(
         f"sampling: temperature {smp.temperature}, top_p {smp.top_p}, max_tokens {smp.max_tokens}"
         f", ignore_eos {smp.ignore_eos}"
     )
+    if s.sequential is not None:
+        q = s.sequential
+        Console().print(
+            f"sequential cells: each runs until the 95% intervals of {' and '.join(q.metrics)} "
+            f"are within ±{q.target:.1%}, or {q.max_requests} requests, or {q.max_time_s:g} s: "
+            "the requests and work shown are ceilings",
+            highlight=False,
+        )
     from avbench.commands.nightly import print_plan_work
 
     python = vllm_python or os.environ.get("AVBENCH_VLLM_PYTHON") or sys.executable
@@ -268,6 +305,26 @@ def sweep(
     warmup: Annotated[int | None, typer.Option(help="Warmup conversations per cell")] = None,
     requests: Annotated[
         int | None, typer.Option(help="Minimum measured conversations per cell")
+    ] = None,
+    target_half_width: Annotated[
+        float | None,
+        typer.Option(
+            "--target-half-width",
+            help="Sequential cells: run each until the 95% intervals of output throughput and "
+            "median TPOT are within ± this fraction, e.g. 0.03 (docs/measurement.md)",
+        ),
+    ] = None,
+    cell_min_requests: Annotated[
+        int | None, typer.Option(help="Sequential cells: measured requests before the first look")
+    ] = None,
+    cell_max_requests: Annotated[
+        int | None, typer.Option(help="Sequential cells: the most measured requests (default 4096)")
+    ] = None,
+    cell_min_time: Annotated[
+        float | None, typer.Option(help="Sequential cells: measured seconds before the first look")
+    ] = None,
+    cell_max_time: Annotated[
+        float | None, typer.Option(help="Sequential cells: the most measured seconds (default 600)")
     ] = None,
     temperature: Annotated[float | None, typer.Option()] = None,
     top_p: Annotated[float | None, typer.Option("--top-p")] = None,
@@ -357,6 +414,9 @@ def sweep(
             "--input-len": input_len, "--output-len": output_len, "--len-range": len_range,
             "--request-timeout": request_timeout, "--read-timeout": read_timeout,
             "--stall-timeout": stall_timeout, "--cell-timeout": cell_timeout,
+            "--target-half-width": target_half_width, "--cell-min-requests": cell_min_requests,
+            "--cell-max-requests": cell_max_requests, "--cell-min-time": cell_min_time,
+            "--cell-max-time": cell_max_time,
         }  # fmt: skip
         ignored = [name for name, v in given.items() if v is not None]
         if ignored:
@@ -390,11 +450,22 @@ def sweep(
                 raise AvbenchError(
                     "--pair is required (or --endpoint URL, or --resume RUN); see `avbench pairs`"
                 )
+            sequential = sequential_override(
+                target_half_width,
+                (cell_min_requests, cell_max_requests),
+                (cell_min_time, cell_max_time),
+            )
+            if sequential is not None and requests is not None:
+                raise AvbenchError(
+                    "--requests fixes the request count of a cell; a sequential cell is bounded "
+                    "by --cell-min-requests/--cell-max-requests instead"
+                )
             overrides = {
                 "workloads": workloads.split(",") if workloads else None,
                 **_load_overrides(concurrencies, rates),
                 "k_values": _csv_ints(k_values),
                 "arms": arms.split(",") if arms else None,
+                "sequential": sequential,
                 **_dyn_overrides(pair, schedule_from, arms),
                 "warmup": warmup,
                 "min_requests": requests,
@@ -430,7 +501,8 @@ def sweep(
                     model=model,
                     arm=arm,
                     tokenizer=tokenizer,
-                    sweep_fields={k: v for k, v in overrides.items() if k != "sampling"},
+                    sweep_fields={k: v for k, v in overrides.items() if k != "sampling"}
+                    | {"sequential": merge_sequential(None, sequential)},
                     sampling=overrides["sampling"],
                     workloads=all_workloads(suites) if suites else builtin_workloads(),
                     lengths=lengths,

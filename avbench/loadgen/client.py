@@ -373,8 +373,12 @@ class _Driver:
         render_prompt: Callable[[list[dict]], str] | None,
         on_record: Callable[[RequestRecord], None] | None,
         transport: FastTransport | None,
+        finish_when: Callable[[RequestRecord], bool] | None = None,
     ):
         self.endpoint = endpoint
+        # Asked as each measured request finishes; True: issue no more (a sequential cell).
+        self.finish_when = finish_when
+        self.stopping = False
         self.sampling = sampling
         self.client = client
         self.transport = transport
@@ -520,6 +524,8 @@ class _Driver:
                 self.window_end = _perf()
             if self.on_record is not None:
                 self.on_record(rec)
+            if not warmup and self.finish_when is not None and self.finish_when(rec):
+                self.stopping = True
             if not rec.ok:
                 if not warmup:
                     self.skipped += len(conv.turns) - k - 1
@@ -531,7 +537,7 @@ class _Driver:
 
         async def worker() -> None:
             for conv in it:  # shared iterator: each conversation goes to exactly one worker
-                if self.stop is not None:
+                if self.stop is not None or self.stopping:
                     return
                 await self.conversation(conv, warmup, _perf())
 
@@ -558,6 +564,8 @@ class _Driver:
 
         t0 = _perf()
         for conv, off in zip(convs, offsets, strict=True):
+            if self.stopping:
+                break
             due = t0 + off
             delay = due - _perf()
             if delay > 0:
@@ -686,8 +694,12 @@ async def drive(
     before_measure: Callable[[], Awaitable[None]] | None = None,
     after_measure: Callable[[], Awaitable[None]] | None = None,
     poisson_seed: int | None = None,
+    finish_when: Callable[[RequestRecord], bool] | None = None,
 ) -> DriveResult:
-    """Run ``conversations`` (the first ``warmup`` of them as warmup) and record every turn."""
+    """Run ``conversations`` (the first ``warmup`` of them as warmup) and record every turn.
+
+    ``finish_when``: asked as each measured request finishes; once it says True no new conversation
+    starts, those in flight finish, and the window ends with the last of them."""
     if concurrency is None and rate is None:
         raise ValueError("drive: give concurrency (closed loop) or rate (open loop)")
     if concurrency is not None and concurrency < 1:
@@ -702,7 +714,7 @@ async def drive(
     http = endpoint.base_url.startswith("http://")
     transport = FastTransport(max_connections=pool) if http else None
     async with make_client(endpoint, pool, transport) as client:
-        d = _Driver(endpoint, sampling, client, render_prompt, on_record, transport)
+        d = _Driver(endpoint, sampling, client, render_prompt, on_record, transport, finish_when)
 
         async def phase(convs: list[Conversation], is_warmup: bool) -> None:
             if not convs or d.stop is not None:

@@ -98,13 +98,7 @@ class CellData:
             kind = r.error_kind or "unknown"
             errors[kind] = errors.get(kind, 0) + 1
 
-        out_tokens = np.array(
-            [
-                r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens)
-                for r in ok
-            ],
-            dtype=float,
-        )
+        out_tokens = np.array([output_token_count(r) for r in ok], dtype=float)
         prompt = None
         if all(r.prompt_tokens is not None for r in ok):
             prompt = np.array([r.prompt_tokens for r in ok], dtype=float)
@@ -112,9 +106,8 @@ class CellData:
         ttft = np.array([np.nan if r.ttft is None else r.ttft for r in ok], dtype=float)
         queued = np.array([r.queue_delay for r in ok], dtype=float) + ttft
         e2e = np.array([np.nan if r.e2e is None else r.e2e for r in ok], dtype=float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = (e2e - ttft) / (out_tokens - 1.0)
-        tpot = tpot[(out_tokens > 1) & np.isfinite(tpot)]
+        tpot = tpot_seconds(e2e, ttft, out_tokens)
+        tpot = tpot[np.isfinite(tpot)]
 
         gap_s, gap_tokens, per_request = _chunk_arrays(ok)
 
@@ -157,6 +150,17 @@ def _request_spec(ok: Sequence[RequestRecord]) -> np.ndarray | None:
         if r.spec_acceptance_histogram
     ]
     return np.array(rows, dtype=float) if rows else None
+
+
+def output_token_count(r: RequestRecord) -> int:
+    """A request's output tokens: the server's usage, else the tokens its chunks carried."""
+    return r.completion_tokens if r.completion_tokens is not None else sum(r.chunk_tokens)
+
+
+def tpot_seconds(e2e: np.ndarray, ttft: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """TPOT = (E2E - TTFT) / (tokens - 1); NaN where a request has one token or no times."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tokens > 1, (e2e - ttft) / (tokens - 1.0), np.nan)
 
 
 def _chunk_arrays(ok: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -18,22 +18,6 @@ from avbench.testing.report_page import figures_of, trace_labels
 CLI = [sys.executable, "-m", "avbench.cli"]
 
 
-@pytest.fixture(scope="module")
-def fake_server():
-    proc = subprocess.Popen(
-        [*CLI, "serve-fake", "--port", "0", "--tokens-per-chunk", "2", "--inter-chunk-ms", "1"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 def _sweep(endpoint: str, results: Path, run_id: str, *load: str) -> subprocess.CompletedProcess:
     return run_cli(
         "sweep", "--endpoint", endpoint, "--workload", "synthetic", "--input-len", "16",
@@ -51,9 +35,9 @@ def _loads_drawn(html: Path) -> set[str]:
     }
 
 
-def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(fake_server, tmp_path):
+def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(serve_fake, tmp_path):
     results = tmp_path / "results"
-    res = _sweep(fake_server, results, "open", "--rates", "20,40")
+    res = _sweep(serve_fake, results, "open", "--rates", "20,40")
     assert res.returncode == 0, res.stderr[-2000:]
     store = RunStore.open(results / "open")
     rows = store.finished_cells().values()
@@ -62,7 +46,7 @@ def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(fake_server
     # The sweep wrote the report at its end; it draws both rates.
     assert _loads_drawn(results / "open" / "report.html") == {"r=20/s", "r=40/s"}
 
-    res = _sweep(fake_server, results, "closed", "--concurrencies", "1,2", "--no-report")
+    res = _sweep(serve_fake, results, "closed", "--concurrencies", "1,2", "--no-report")
     assert res.returncode == 0, res.stderr[-2000:]
     both = {"r=20/s", "r=40/s", "c=1", "c=2"}
     open_run, closed_run = str(results / "open"), str(results / "closed")

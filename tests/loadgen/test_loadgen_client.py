@@ -171,6 +171,27 @@ def test_warmup_is_flagged_and_excluded_from_the_window():
     assert res.window_end >= max(r.sent_at + r.e2e for r in res.measured)
 
 
+def test_a_stop_condition_ends_issuing_and_lets_those_in_flight_finish():
+    asked: list = []
+
+    def stop(rec) -> bool:  # as a sequential cell's rule: stop once 10 have finished
+        asked.append(rec)
+        return len(asked) >= 10
+
+    cfg = ServerConfig(tokens_per_chunk=2, inter_chunk_delay_s=0.005, record=False)
+    with serve_in_thread(cfg) as srv:
+        res = run_drive(_ep(srv), SP, _convs(60), concurrency=4, warmup=3, finish_when=stop)
+        convs = _convs(60, turns=2)
+        two_turns = run_drive(_ep(srv), SP, convs, concurrency=4, finish_when=lambda rec: True)
+    assert res.warmup_sent == 3 and not any(r.warmup for r in asked)  # warmup is never asked
+    # The 10th finished; the 3 others in flight then finished too, and nothing new started.
+    assert res.sent == res.ok == 13
+    assert res.window_end >= max(r.sent_at + r.e2e for r in res.measured)
+    # Told to stop at the first finish: the 4 conversations in flight finish all their turns.
+    started = {r.conversation_id for r in two_turns.records}
+    assert len(started) == 4 and two_turns.sent == two_turns.ok == 8
+
+
 def _open_loop(rate: float, n: int, seed=None):
     cfg = ServerConfig(tokens_per_chunk=4, inter_chunk_delay_s=0.002, record=False)
     with serve_in_subprocess(cfg) as srv:
@@ -197,6 +218,14 @@ def test_open_loop_rate_within_one_percent_over_30s():
     delivered = (len(sent) - 1) / (sent[-1] - sent[0])
     assert res.ok == 1501
     assert abs(delivered / 50.0 - 1) < 0.01, delivered
+
+
+def test_open_loop_stops_scheduling_when_told():
+    cfg = ServerConfig(tokens_per_chunk=4, inter_chunk_delay_s=0.002, record=False)
+    with serve_in_thread(cfg) as srv:
+        res = run_drive(_ep(srv), SP, _convs(200), rate=100.0, finish_when=lambda rec: True)
+    # The first to finish stops the schedule: at 100/s only those sent meanwhile go out.
+    assert 1 <= res.sent < 20 and res.ok == res.sent
 
 
 def test_poisson_offsets_are_seeded_and_have_the_rate():
