@@ -59,16 +59,13 @@ def capture_dir(arm_dir: Path) -> Path:
 
 def capture_env(settings: CaptureSettings, directory: Path, env: dict[str, str]) -> dict[str, str]:
     """Environment that turns the plugin on for one server (merged over ``env``)."""
-    out = {
+    from avbench.vllm_plugin import plugin_env
+
+    return {
         "AVBENCH_CAPTURE_DIR": str(directory),
         "AVBENCH_CAPTURE": ",".join(settings.kinds),
         "AVBENCH_CAPTURE_DRAFT_FRACTION": repr(settings.draft_fraction),
-    }
-    plugins = env.get("VLLM_PLUGINS")
-    if plugins is not None and "avbench" not in plugins.split(","):
-        # The pair selects plugins explicitly: add ours, or vLLM would not load it.
-        out["VLLM_PLUGINS"] = f"{plugins},avbench" if plugins else "avbench"
-    return out
+    } | plugin_env(env)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -316,7 +313,9 @@ def steps_path(run_dir: Path, cell_id: str) -> Path:
     return run_dir / "steps" / f"{cell_id}{STEPS_SUFFIX}"
 
 
-def wait_steps_flushed(directory: Path, t_end: float, since: float, timeout_s: float = 10.0) -> bool:
+def wait_steps_flushed(
+    directory: Path, t_end: float, since: float, timeout_s: float = 10.0
+) -> bool:
     """Wait until every live step writer (its ``steps.*.flushed`` rewritten since the server
     started, four times a second) has written the steps that began before ``t_end``."""
     from avbench.vllm_plugin.steps import FLUSHED_GLOB

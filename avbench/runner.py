@@ -359,7 +359,7 @@ def _describe_arms(opts, plan, install, secrets) -> list[dict]:
                 python=opts.vllm_python,
                 sweep=opts.sweep,
             )
-            env = build_env(opts.pair, arm, None)
+            env = build_env(opts.pair, arm, None, opts.sweep)
             d["command"] = [redact(x, secrets) for x in cmd]
             d["env"] = env | ({"VLLM_API_KEY": "***"} if secrets else {})
             capture = settings_for(opts.pair, opts.sweep)
@@ -497,7 +497,7 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
         _fail_cells(store, cells, reason, "server", reporter, outcome)
         return
     arm_dir = store.arm_dir(arm.name)
-    env = build_env(pair, arm, secrets[0] if secrets else None)
+    env = build_env(pair, arm, secrets[0] if secrets else None, opts.sweep)
     capture = arm_capture(store, opts, arm)
     if capture is not None:
         env |= capture_env(capture.settings, capture.directory, env)

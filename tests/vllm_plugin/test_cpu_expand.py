@@ -1,0 +1,95 @@
+"""The CPU sampler fix: the replacement expand matches the Triton kernel's semantics, the
+installed vllm-cpu's own override is detected as broken (or, once fixed upstream, as fine),
+and installing the fix routes vLLM's real ``expand_batch_to_tokens`` through it."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+vllm_cpu = pytest.importorskip("vllm.utils.cpu_triton_utils")
+
+from avbench.vllm_plugin.cpu_expand import build_is_broken, exact_expand, install  # noqa: E402
+
+
+def _reference(output, values, cu, replace_from, replace_to):
+    """The Triton kernel, one program per request, as plain Python."""
+    out = output.clone()
+    start = 0
+    for i, end in enumerate(cu.tolist()):
+        v = values[i].item()
+        out[start:end] = replace_to if v == replace_from else v
+        start = end
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
+def test_exact_expand_matches_the_kernel_and_leaves_the_tail(dtype):
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        b = int(torch.randint(1, 6, (1,), generator=gen))
+        counts = torch.randint(0, 4, (b,), generator=gen)
+        cu = torch.cumsum(counts, 0).to(torch.int32)
+        values = (torch.rand(b, generator=gen) * 4).round().to(dtype)
+        out = torch.full((int(cu[-1]) + 3,), -7, dtype=dtype)
+        want = _reference(out, values, cu, 1, 9)
+        exact_expand(out, values, cu, 1, 9)
+        assert torch.equal(out, want)
+        assert torch.equal(out[int(cu[-1]) :], torch.full((3,), -7, dtype=dtype))
+
+
+def test_fractional_temperatures_survive():
+    out = torch.empty(5, dtype=torch.float32)
+    exact_expand(out, torch.tensor([0.7, 1.3]), torch.tensor([2, 5], dtype=torch.int32), -1, 1)
+    assert out.tolist() == pytest.approx([0.7, 0.7, 1.3, 1.3, 1.3])
+
+
+def test_the_installed_build_is_judged_by_what_its_override_writes():
+    import vllm._C  # noqa: F401 - the build's override calls torch.ops._C
+
+    stock = vllm_cpu._expand_kernel_impl
+    if stock is exact_expand:
+        pytest.skip("the fix is already installed in this process")
+    broken = build_is_broken(stock)
+    out = torch.full((3,), -5.0)
+    stock(out, torch.tensor([0.5]), torch.tensor([3], dtype=torch.int32), 0, 0)
+    assert broken == (out.tolist() != [0.5, 0.5, 0.5])
+    assert not build_is_broken(exact_expand)
+
+
+def test_install_routes_the_rejection_sampler_through_the_fix():
+    """In a fresh interpreter, as in a server process: the platform registers its overrides
+    after the plugin (the worker's order) and vLLM's expansion then writes temperatures."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from avbench.vllm_plugin.cpu_expand import install, build_is_broken\n"
+        "from vllm.utils import cpu_triton_utils as c\n"
+        "import vllm._C\n"
+        "broken = build_is_broken(c._expand_kernel_impl)\n"
+        "why = install()\n"
+        "from vllm.platforms import current_platform\n"
+        "current_platform.register_triton_kernel_overrides()\n"
+        "from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens\n"
+        "t = expand_batch_to_tokens(torch.tensor([0.7, 1.0]), torch.tensor([3, 5], dtype=torch.int32), 5)\n"
+        "print(broken, why, [round(x, 3) for x in t.tolist()])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    broken, rest = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert rest.endswith("[0.7, 0.7, 0.7, 1.0, 1.0]"), out.stdout
+    if broken == "True":
+        assert rest.startswith("None "), "the build is broken and the fix was not installed"
+    else:
+        assert "writes float outputs" in rest
+
+
+def test_install_is_inert_off_the_cpu_build_and_the_log_says_so(monkeypatch):
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: False)
+    before = vllm_cpu._expand_kernel_impl
+    assert install() == "not the CPU platform"
+    assert vllm_cpu._expand_kernel_impl is before
