@@ -306,7 +306,11 @@ def test_unsupported_arm_is_exit_0_unless_strict(tmp_path):
 
     if not probe_vllm(sys.executable).is_cpu_build:
         pytest.skip("AV is unsupported only on the CPU build")
-    args = (*SWEEP, "--arms", "av", "--results", str(tmp_path), "--no-report")
+    from avbench.server import find_free_port
+
+    # Its own port: the sweep refuses a port in use before it judges the arms.
+    port = str(find_free_port())
+    args = (*SWEEP, "--arms", "av", "--port", port, "--results", str(tmp_path), "--no-report")
     res = avbench(*args, "--run-id", "plain")
     assert res.returncode == 0, res.stderr
     assert "0 cells measured, 0 already done, 0 failed, 4 unsupported" in res.stderr
