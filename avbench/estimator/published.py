@@ -40,4 +40,3 @@ R_SLOPE_ENTROPY = -0.08
 R_BETA1_ENTROPY = -0.89
 BETA1_TEXT = "about 0.5-0.6 on predictable workloads, below 0 on the least predictable"
 SLOPE_RANGE_PAIRS = (0.45, 0.59)
-SHARED_SLOPE_COST = {"auc": 0.0002, "log_loss": 0.0003}

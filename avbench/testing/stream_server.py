@@ -363,6 +363,11 @@ async def _stream(
     idx = st.count
     st.count += 1
     fault = _choose_fault(st, idx, headers, body)
+    if fault is not None and fault not in FAULT_KINDS:  # a misspelt fault must not pass silently
+        known = ", ".join(FAULT_KINDS)
+        msg = json.dumps({"error": {"message": f"unknown fault {fault!r} (known: {known})"}})
+        _plain(writer, 400, "Bad Request", msg.encode())
+        return
     if fault == "http_5xx":
         _plain(writer, 500, "Internal Server Error", b'{"error":{"message":"injected 5xx"}}')
         return

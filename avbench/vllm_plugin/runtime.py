@@ -113,14 +113,6 @@ def wrap_method(
     return True
 
 
-def has_attrs(health: Health, obj: object, names: tuple[str, ...], where: str) -> bool:
-    missing = [n for n in names if not hasattr(obj, n)]
-    if missing:
-        health.mismatch(f"{where} lacks {', '.join(missing)}")
-        return False
-    return True
-
-
 # ----------------------------------------------------------------------------- post-import hooks
 class _Loader(importlib.abc.Loader):
     def __init__(self, inner, on_loaded: Callable):

@@ -36,7 +36,6 @@ from avbench.vllm_plugin.drafts import DraftCapture
 from avbench.vllm_plugin.runtime import guarded, wrap_method
 
 _RUNNER = "vllm.v1.worker.gpu.model_runner"
-_SPECULATOR = "vllm.v1.worker.gpu.spec_decode.speculator"
 _SAMPLING_EPS = 1e-5
 # Draft logits (requests x K x vocabulary) whose features are computed at once: 8 Mi elements,
 # 32 MiB per float32 temporary (a step of 6 requests x K 8 x 152k vocabulary is one chunk).

@@ -131,3 +131,14 @@ def test_idle_keep_alive_connection_is_closed_after_the_timeout(reset):
         assert srv.stats()["idle_closed"] == 1
     assert end == ("reset" if reset else b"")
     assert 0.15 < idle < 5.0
+
+
+def test_a_misspelt_fault_is_refused_not_ignored():
+    with serve_in_thread(ServerConfig()) as srv:
+        body = {"model": "fake-model", "prompt": "@fault:stal", "max_tokens": 4, "stream": True}
+        r = httpx.post(f"{srv.base_url}/v1/completions", json=body, timeout=10)
+        ok = httpx.post(
+            f"{srv.base_url}/v1/completions", json=body | {"prompt": "@fault:http_4xx"}, timeout=10
+        )
+    assert r.status_code == 400 and "unknown fault 'stal'" in r.json()["error"]["message"]
+    assert ok.status_code == 400 and ok.json()["error"]["message"] == "injected 4xx"
