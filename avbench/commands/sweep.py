@@ -245,10 +245,80 @@ def plan(
             "the requests and work shown are ceilings",
             highlight=False,
         )
-    from avbench.commands.nightly import print_plan_work
-
     python = vllm_python or os.environ.get("AVBENCH_VLLM_PYTHON") or sys.executable
     print_plan_work(Console(highlight=False, soft_wrap=True), suite, p, s, cells, python, from_run)
+
+
+def print_plan_work(console, suite, pair, sweep, cells, python: str, from_run: Path | None):
+    """`avbench plan`'s second half: each arm's server command, then the work and its time."""
+    import shlex
+
+    from avbench import checkpoints
+    from avbench.errors import UnsupportedArm
+    from avbench.plan import Arm
+    from avbench.plan_cost import estimate_wall_time, format_duration, plan_work
+    from avbench.server import build_command, check_arm_supported, probe_vllm
+    from avbench.workloads.registry import LOADERS
+
+    try:
+        install = probe_vllm(python)
+    except AvbenchError:
+        install = None
+    commands, unsupported = {}, {}
+    for name in dict.fromkeys(c.arm for c in cells):
+        arm = Arm.parse(name)
+        commands[name] = build_command(pair, arm, port=8000, python=python, sweep=sweep)
+        if install is not None and install.distribution is not None:
+            try:
+                check_arm_supported(pair, arm, install)
+            except UnsupportedArm as exc:
+                unsupported[name] = str(exc)
+    turns: dict[str, int | None] = {}
+    for w in sweep.workloads:
+        spec = suite.workloads[w]
+        try:
+            turns[w] = max(len(c.turns) for c in LOADERS[spec.dataset].load(spec).conversations)
+        except Exception:  # not available here: the bound counts one turn and says so
+            turns[w] = None
+    work = plan_work(
+        cells,
+        max_tokens=sweep.sampling.max_tokens,
+        turns=turns,
+        commands=commands,
+        unsupported=unsupported,
+    )
+    console.print("server command per arm (port chosen at run time):")
+    for a in work.arms:
+        note = f"  [unsupported here, not started: {a.unsupported}]" if a.unsupported else ""
+        console.print(f"  {a.arm}: {shlex.join(a.command or [])}{note}", markup=False)
+    for role, ref in (("target", pair.target), ("drafter", pair.drafter)):
+        line = checkpoints.describe(role, ref)
+        if line:
+            console.print(f"  {line}", markup=False)
+    unknown = (
+        f" (counting one turn for {', '.join(work.unknown_turns)}: not available here)"
+        if work.unknown_turns
+        else ""
+    )
+    console.print(
+        f"work: {work.requests:,} requests (warmup included), at most "
+        f"{work.max_output_tokens:,} output tokens{unknown}, {work.server_starts} server starts",
+        markup=False,
+    )
+    if from_run is not None:
+        from avbench.store import RunStore
+
+        store = RunStore.open(from_run)
+        try:
+            est = estimate_wall_time(cells, work, store.cells_frame(), store.read_manifest())
+        except ValueError as exc:
+            raise AvbenchError(f"--from {from_run}: {exc}") from None
+        console.print(
+            f"estimated wall time: {format_duration(est.seconds)} from run {store.root.name} "
+            f"({est.cells_priced} cells priced from the same cell, {est.cells_fallback} from a "
+            f"coarser match; {format_duration(est.server_start_s)} per server start)",
+            markup=False,
+        )
 
 
 def sweep(
@@ -340,11 +410,15 @@ def sweep(
     ] = None,
     len_range: Annotated[
         float | None,
-        typer.Option("--len-range", help="Synthetic: lengths uniform in len x (1 ± this), e.g. 0.1"),
+        typer.Option(
+            "--len-range", help="Synthetic: lengths uniform in len x (1 ± this), e.g. 0.1"
+        ),
     ] = None,
     capture: Annotated[
         str | None,
-        typer.Option(help="Live captures: drafts,refits (speculative arms), steps (every arm); avbench vLLM plugin"),
+        typer.Option(
+            help="Live captures: drafts,refits (speculative arms), steps (every arm); avbench vLLM plugin"
+        ),
     ] = None,
     draft_fraction: Annotated[
         float | None, typer.Option(help="Share of requests whose drafts are captured")

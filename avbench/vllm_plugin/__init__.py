@@ -104,8 +104,6 @@ def _install(capture_dir: Path, health) -> None:
     if unknown:
         log.warning("avbench capture: %s=%s: unknown %s", ENV_WHAT, ",".join(what), unknown)
     if "drafts" in what:
-        from avbench.vllm_plugin.drafts import install_drafts_capture
-
         try:
             fraction = float(os.environ.get(ENV_FRACTION, "1"))
         except ValueError:
@@ -113,7 +111,7 @@ def _install(capture_dir: Path, health) -> None:
             log.warning(
                 "avbench capture: %s is not a number; capturing every request", ENV_FRACTION
             )
-        _installed["drafts"] = install_drafts_capture(capture_dir, fraction, health)
+        _installed["drafts"] = _install_drafts_capture(capture_dir, fraction, health)
     if "steps" in what:
         from avbench.vllm_plugin.steps import install_steps_capture
 
@@ -128,3 +126,33 @@ def _install(capture_dir: Path, health) -> None:
             _installed["refits"] = True
         else:
             health.mismatch("refit capture off (the estimator class differs; see the log)")
+
+
+def _install_drafts_capture(capture_dir: Path, fraction: float, health):
+    """Patch the V1 and V2 model runners when (and if) this process imports them."""
+    from avbench.vllm_plugin.drafts import DraftCapture
+    from avbench.vllm_plugin.runtime import guarded, when_imported
+
+    cap = DraftCapture(capture_dir, fraction, health)
+
+    def v1(module_name: str):
+        def cb(module) -> None:
+            from avbench.vllm_plugin import v1 as hooks
+
+            guarded(health, f"install {module_name}", hooks.patch, cap, module_name, module)
+
+        return cb
+
+    def v2(module_name: str):
+        def cb(module) -> None:
+            from avbench.vllm_plugin import v2 as hooks
+
+            guarded(health, f"install {module_name}", hooks.patch, cap, module_name, module)
+
+        return cb
+
+    for name in ("vllm.v1.worker.gpu_model_runner", "vllm.v1.spec_decode.llm_base_proposer"):
+        when_imported(name, v1(name))
+    for name in ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu.spec_decode.speculator"):
+        when_imported(name, v2(name))
+    return cap

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from avbench.vllm_plugin.ids import client_request_id, is_sampled
-from avbench.vllm_plugin.runtime import Health, guarded, when_imported
+from avbench.vllm_plugin.runtime import Health
 
 
 class DraftCapture:
@@ -80,30 +80,3 @@ class DraftCapture:
     @staticmethod
     def now() -> float:
         return time.time()
-
-
-def install_drafts_capture(capture_dir: Path, fraction: float, health: Health) -> DraftCapture:
-    """Patch the V1 and V2 model runners when (and if) this process imports them."""
-    cap = DraftCapture(capture_dir, fraction, health)
-
-    def v1(module_name: str):
-        def cb(module) -> None:
-            from avbench.vllm_plugin import v1 as hooks
-
-            guarded(health, f"install {module_name}", hooks.patch, cap, module_name, module)
-
-        return cb
-
-    def v2(module_name: str):
-        def cb(module) -> None:
-            from avbench.vllm_plugin import v2 as hooks
-
-            guarded(health, f"install {module_name}", hooks.patch, cap, module_name, module)
-
-        return cb
-
-    for name in ("vllm.v1.worker.gpu_model_runner", "vllm.v1.spec_decode.llm_base_proposer"):
-        when_imported(name, v1(name))
-    for name in ("vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu.spec_decode.speculator"):
-        when_imported(name, v2(name))
-    return cap
