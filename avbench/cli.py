@@ -25,7 +25,7 @@ app = typer.Typer(
 # Command groups, one module each under avbench/commands/ (registered if present).
 _COMMAND_MODULES = (
     "sweep", "answer", "workloads", "lab", "loadgen", "doctor", "nightly", "estimator", "quality",
-    "predict",
+    "predict", "sanity",
 )  # fmt: skip
 
 for _name in _COMMAND_MODULES:
