@@ -340,11 +340,15 @@ def sweep(
     ] = None,
     len_range: Annotated[
         float | None,
-        typer.Option("--len-range", help="Synthetic: lengths uniform in len x (1 ± this), e.g. 0.1"),
+        typer.Option(
+            "--len-range", help="Synthetic: lengths uniform in len x (1 ± this), e.g. 0.1"
+        ),
     ] = None,
     capture: Annotated[
         str | None,
-        typer.Option(help="Live captures: drafts,refits (speculative arms), steps (every arm); avbench vLLM plugin"),
+        typer.Option(
+            help="Live captures: drafts,refits (speculative arms), steps (every arm); avbench vLLM plugin"
+        ),
     ] = None,
     draft_fraction: Annotated[
         float | None, typer.Option(help="Share of requests whose drafts are captured")
