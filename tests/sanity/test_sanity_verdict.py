@@ -118,3 +118,19 @@ def test_self_drafting_serves_the_target_for_itself():
     own = self_drafting(pair, stock=False)
     assert own.drafter == pair.target and own.method == "draft_model" and own.cpu_sampler_fix
     assert not self_drafting(pair, stock=True).cpu_sampler_fix
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--pair", "nope"], "unknown pair 'nope'"),
+        (["--pair", "tiny-cpu", "--requests", "0"], "--requests: expected 1-1000"),
+        (["--pair", "tiny-cpu", "--port", "70000"], "--port: expected 1-65535"),
+    ],
+)
+def test_bad_input_is_one_line_and_starts_no_server(args, says):
+    from avbench.testing.cli import run_cli
+
+    res = run_cli("sanity", *args)
+    assert res.returncode == 2 and says in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
