@@ -17,6 +17,7 @@ it. Drafts past ``max_tokens`` are verified and counted in full (the output is c
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import threading
@@ -39,6 +40,7 @@ from avbench.server import (
     find_free_port,
     missing_checkpoints,
     probe_vllm,
+    require_free_port,
     require_vllm,
 )
 from avbench.server_log import engine_choices
@@ -265,22 +267,27 @@ def run_sanity(
     arm = Arm("static", pair.max_k)
     sweep = sanity_sweep(opts.max_tokens)
     python = opts.python or sys.executable
+    port = opts.port or find_free_port()
+    require_free_port(port)  # before the log directory: this error has no log to point at
     require_vllm(probe_vllm(python))
     missing = missing_checkpoints(pair, arm)
     if missing:
         raise ServerError(f"pair {pair.name}: {missing[0][1]}")
-    port = opts.port or find_free_port()
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(opts.requests)]
-    with tempfile.TemporaryDirectory(prefix="avbench-sanity-") as tmp:
-        server = sanity_server(pair, arm, sweep, port, python, Path(tmp) / "server.log")
-        progress(f"starting vLLM: {pair.name}'s target drafting for itself, K={arm.k}, port {port}")
+    log = Path(tempfile.mkdtemp(prefix="avbench-sanity-")) / "server.log"
+    server = sanity_server(pair, arm, sweep, port, python, log)
+    progress(f"starting vLLM: {pair.name}'s target drafting for itself, K={arm.k}, port {port}")
+    try:
         with server:
             _wait_ready(server, progress)
             profiles = []
             for p in PROFILES:
                 progress(f"{p.name}: {opts.requests} requests of {opts.max_tokens} tokens")
                 profiles.append(measure(server.base_url, pair, arm.k, p, prompts, opts.max_tokens))
-        patched = engine_choices(server.log_path.read_text(errors="replace"))["server_patched"]
+    except AvbenchError as exc:  # the CLI prints one line: keep the log it points at
+        raise type(exc)(f"{str(exc).splitlines()[0]} (server log: {log})") from None
+    patched = engine_choices(log.read_text(errors="replace"))["server_patched"]
+    shutil.rmtree(log.parent, ignore_errors=True)
     hot, greedy = profiles
     return SanityResult(pair.name, arm.k, pair.cpu_sampler_fix, patched, tuple(profiles),
                         verdict(hot, greedy, fix_asked=pair.cpu_sampler_fix, patched=patched))  # fmt: skip

@@ -134,3 +134,17 @@ def test_bad_input_is_one_line_and_starts_no_server(args, says):
     res = run_cli("sanity", *args)
     assert res.returncode == 2 and says in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_port_in_use_is_refused_before_any_server_starts():
+    import socket
+
+    from avbench.testing.cli import run_cli
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        res = run_cli("sanity", "--pair", "tiny-cpu", "--port", str(port))
+    assert res.returncode == 2 and f"port {port} on 127.0.0.1 is already in use" in res.stderr
+    assert "server log" not in res.stderr
