@@ -428,8 +428,9 @@ def _sanity(pair, opts: DoctorOptions) -> Check:
     from avbench.sanity import SanityOptions, run_sanity
 
     try:
-        opts_ = SanityOptions(pair.name, suites=opts.suites, python=opts.python)
-        result = run_sanity(opts_, opts.progress)
+        result = run_sanity(
+            SanityOptions(pair.name, suites=opts.suites, python=opts.python), opts.progress
+        )
     except AvbenchError as exc:
         return Check(name, "problem", str(exc).splitlines()[0], f"run `{run_it}`")
     if result.verdict.ok:
