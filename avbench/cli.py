@@ -25,7 +25,7 @@ app = typer.Typer(
 # Command groups, one module each under avbench/commands/ (registered if present).
 _COMMAND_MODULES = (
     "sweep", "answer", "workloads", "lab", "loadgen", "doctor", "nightly", "estimator", "quality",
-    "predict",
+    "predict", "sanity",
 )  # fmt: skip
 
 for _name in _COMMAND_MODULES:
@@ -109,9 +109,7 @@ def _internal_error(exc: Exception) -> None:
     """A bug, not a user error: one line, and the full traceback saved to a file."""
     from avbench.errors import save_traceback
 
-    path = getattr(exc, "avbench_traceback", None) or save_traceback(
-        exc, None, _secrets_in_use()
-    )
+    path = getattr(exc, "avbench_traceback", None) or save_traceback(exc, None, _secrets_in_use())
     what = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     for key in _secrets_in_use():
         what = what.replace(key, "***")

@@ -4,7 +4,8 @@ A *problem* is something that makes a sweep fail (no vLLM, a GPU build without a
 NVIDIA driver too old for its CUDA release, a workload of the sweep that cannot load offline, a
 full disk, a server command line this vLLM rejects, captures asked for without the plugin); a
 *warn* is reported but does not (AV not supported here: the sweep reports the arm unsupported;
-no browser: no static figures).
+no browser: no static figures). With ``--sanity`` a broken rejection path is a problem too: a
+sweep would run, but its acceptance numbers would be the build's bug (avbench/sanity.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,6 +32,10 @@ LOW_FREE_GIB = 10.0
 # compatibility: any 12.x runtime on branch 525 or newer, any 13.x on 580 or newer). vLLM
 # 0.33.0, avbench's GPU extra, is a CUDA 13 build.
 MIN_DRIVER_BRANCH = {12: 525, 13: 580}
+# A target whose weights fit this is served by `doctor --sanity` (the shipped tiny pair, small
+# local checkpoints); a bigger one is left to `avbench sanity` on the serving machine.
+SANITY_MAX_WEIGHTS_GIB = 2.0
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 Status = Literal["ok", "warn", "problem"]
 
@@ -53,6 +59,8 @@ class DoctorOptions:
     pair: str | None = None
     sweep: str | None = None
     results: Path = Path("results")
+    sanity: bool = False  # serve the pair's target drafting for itself (avbench sanity)
+    progress: Callable[[str], None] = print  # the sanity check's lines while its server starts
 
 
 # Runs in the vLLM interpreter: imports vLLM (the real test of "importable") and lists the
@@ -97,6 +105,8 @@ def run_doctor(opts: DoctorOptions) -> list[Check]:
     checks.append(_disk(opts.results))
     if pair is not None and sweep is not None and install and install.distribution:
         checks += _preflight(suite, pair, sweep, opts.python)
+    if pair is not None and install and install.distribution:
+        checks.append(_sanity(pair, opts))
     return checks
 
 
@@ -393,6 +403,39 @@ def _preflight(suite, pair, sweep, python: str) -> list[Check]:
             f"parse with {report.install.distribution} {report.install.version}{skipped}",
         )
     ]
+
+
+def weights_gib(target: str | None) -> float | None:
+    """GiB of weight files in a local checkpoint directory; None when it is not one."""
+    path = Path(target) if target else None
+    if path is None or not path.is_dir():
+        return None
+    return sum(f.stat().st_size for f in path.rglob("*") if f.suffix in _WEIGHT_SUFFIXES) / 2**30
+
+
+def _sanity(pair, opts: DoctorOptions) -> Check:
+    """The acceptance sanity check, opt-in: it starts a vLLM server (about a minute here)."""
+    name = "acceptance sanity"
+    run_it = f"avbench sanity --pair {pair.name}"
+    if not opts.sanity:
+        return Check(name, "ok", f"not run (`{run_it}`, or doctor --sanity: the target drafting "
+                                 "for itself must accept every draft)")  # fmt: skip
+    size = weights_gib(pair.resolve(pair.target))
+    if size is None or size > SANITY_MAX_WEIGHTS_GIB:
+        what = "not a local checkpoint" if size is None else f"{size:.1f} GiB of weights"
+        return Check(name, "warn", f"pair {pair.name}'s target is {what}: not served here",
+                     f"run `{run_it}` on the serving machine")  # fmt: skip
+    from avbench.sanity import SanityOptions, run_sanity
+
+    try:
+        result = run_sanity(
+            SanityOptions(pair.name, suites=opts.suites, python=opts.python), opts.progress
+        )
+    except AvbenchError as exc:
+        return Check(name, "problem", str(exc).splitlines()[0], f"run `{run_it}`")
+    if result.verdict.ok:
+        return Check(name, "ok", result.verdict.line)
+    return Check(name, "problem", result.verdict.line, "see docs/cpu-sampler.md")
 
 
 def exit_code(checks: list[Check]) -> int:

@@ -22,8 +22,7 @@ def check_endpoint(url: str, option: str = "--endpoint") -> str:
         raise AvbenchError(f"{option} {url!r}: {why} (expected http://HOST:PORT)") from None
     if parts.scheme not in ("http", "https"):
         raise AvbenchError(
-            f"{option} {url!r}: expected an http:// or https:// URL such as "
-            "http://127.0.0.1:8000"
+            f"{option} {url!r}: expected an http:// or https:// URL such as http://127.0.0.1:8000"
         )
     if not parts.hostname:
         raise AvbenchError(f"{option} {url!r}: no host (expected http://HOST:PORT)")

@@ -47,9 +47,7 @@ class Arm:
         for kind in SPECULATIVE_KINDS:
             if name.startswith(f"{kind}-k") and name[len(kind) + 2 :].isdigit():
                 return Arm(kind, int(name[len(kind) + 2 :]))  # type: ignore[arg-type]
-        raise ValueError(
-            f"arm name {name!r}: expected baseline, static-k<K>, av-k<K> or dyn-k<K>"
-        )
+        raise ValueError(f"arm name {name!r}: expected baseline, static-k<K>, av-k<K> or dyn-k<K>")
 
 
 @dataclass(frozen=True)

@@ -257,7 +257,9 @@ def probe_endpoint(opts: SweepOptions) -> str:
             f"--endpoint {opts.endpoint}: cannot connect ({exc}); is the server running?"
         ) from None
     except httpx.TimeoutException:
-        raise ServerError(f"--endpoint {opts.endpoint}: no answer to GET {url} within 10 s") from None
+        raise ServerError(
+            f"--endpoint {opts.endpoint}: no answer to GET {url} within 10 s"
+        ) from None
     except httpx.HTTPError as exc:
         raise ServerError(
             f"--endpoint {opts.endpoint}: does not speak HTTP like an OpenAI-compatible server "

@@ -70,7 +70,9 @@ def _store_error(exc: OSError, path: Path, run_dir: Path | None = None) -> OSErr
     """The one-line error for a failed write, or the OSError itself when it is unexpected."""
     if exc.errno in _FULL:
         resume = f"; free space, then avbench sweep --resume {run_dir}" if run_dir else ""
-        return StoreFull(f"{path}: no space left on device (results kept so far are intact{resume})")
+        return StoreFull(
+            f"{path}: no space left on device (results kept so far are intact{resume})"
+        )
     if exc.errno in _DENIED:
         return StoreError(f"{path}: not writable ({exc.strerror})")
     if isinstance(exc, (NotADirectoryError, FileExistsError)):

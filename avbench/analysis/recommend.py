@@ -68,7 +68,9 @@ class Decision:
     @property
     def predicted(self) -> tuple[str, ...]:
         """The options this verdict compares that are predictions, not measurements."""
-        return tuple(o.label for o in (self.winner, self.runner_up) if o is not None and o.predicted)
+        return tuple(
+            o.label for o in (self.winner, self.runner_up) if o is not None and o.predicted
+        )
 
 
 @dataclass(frozen=True)

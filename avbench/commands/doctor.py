@@ -31,6 +31,14 @@ def doctor(
     vllm_python: Annotated[
         str | None, typer.Option(help="Python interpreter that has vLLM (default: this one)")
     ] = None,
+    sanity: Annotated[
+        bool,
+        typer.Option(
+            "--sanity",
+            help="With --pair: serve its target drafting for itself and check that every "
+            "draft is accepted (avbench sanity; starts a server, about a minute)",
+        ),
+    ] = False,
 ) -> None:
     """Check this machine for a sweep: Python, vLLM, GPUs, AV, plugin, workloads, disk."""
     from rich.console import Console
@@ -40,7 +48,15 @@ def doctor(
 
     python = vllm_python or os.environ.get("AVBENCH_VLLM_PYTHON") or sys.executable
     checks = run_doctor(
-        DoctorOptions(python=python, suites=suites, pair=pair, sweep=sweep, results=results)
+        DoctorOptions(
+            python=python,
+            suites=suites,
+            pair=pair,
+            sweep=sweep,
+            results=results,
+            sanity=sanity,
+            progress=lambda line: print(f"doctor: sanity: {line}", file=sys.stderr),
+        )
     )
     console = Console(highlight=False, soft_wrap=True)
     style = {"ok": "green", "warn": "yellow", "problem": "red"}

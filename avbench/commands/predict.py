@@ -43,7 +43,9 @@ def predict(
     ] = None,
     schedule: Annotated[
         str | None,
-        typer.Option(help="The dyn arm's schedule: JSON \\[\\[first, last, K], ...] or 'recommend'"),
+        typer.Option(
+            help="The dyn arm's schedule: JSON \\[\\[first, last, K], ...] or 'recommend'"
+        ),
     ] = None,
     markdown: Annotated[
         Path | None, typer.Option(help="Also write the predicted-vs-measured table here")

@@ -452,7 +452,9 @@ def refit_table(ctx: Context) -> Table:
         f"A round of {ctx.round_steps} step() calls without a labeled draft still ends in a refit, which moves "
         "nothing.",
     ]
-    return Table("estimator_refits", "Estimator refits per stream (logit(q_max))", cols, rows, notes)
+    return Table(
+        "estimator_refits", "Estimator refits per stream (logit(q_max))", cols, rows, notes
+    )
 
 
 def all_tables(

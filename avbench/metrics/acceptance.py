@@ -163,7 +163,11 @@ def chunk_vs_counter(data: CellData, deps: Mapping[str, Any]) -> float:
 def req_spec(data: CellData, deps: Mapping[str, Any]) -> dict[str, float]:
     spec = need(data.request_spec, "per-request spec-decode metrics (server flag off?)")
     totals = spec.sum(axis=0)
-    return {"steps": float(totals[0]), "accepted": float(totals[1]), "draft_tokens": float(totals[2])}
+    return {
+        "steps": float(totals[0]),
+        "accepted": float(totals[1]),
+        "draft_tokens": float(totals[2]),
+    }
 
 
 @metric(

@@ -303,8 +303,11 @@ def _predictions(page: _Page, rs: RunSet) -> None:
         measured = not rs.cells.empty and (rs.cells["arm"] == arm).any()
         page.text(
             f"{arm} ({run_id}): {len(g)} cells predicted from {src} by {g['predictor'].iloc[0]}"
-            + ("; measured too, so the plots show the measurement." if measured else
-               "; drawn hollow (not measured).")  # fmt: skip
+            + (
+                "; measured too, so the plots show the measurement."
+                if measured
+                else "; drawn hollow (not measured)."
+            )  # fmt: skip
         )
     compared = compare(rs.cells, rs.predicted) if not rs.cells.empty else []
     if compared:
@@ -333,8 +336,7 @@ def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:
     for nm in av_missing:
         shown_as = "; the table below is predicted" if (cells["arm"] == nm.arm).any() else ""
         page.text(
-            f"No AV gain table for {nm.run_id}: {nm.arm} was not measured ({nm.reason})"
-            f"{shown_as}.",
+            f"No AV gain table for {nm.run_id}: {nm.arm} was not measured ({nm.reason}){shown_as}.",
             "warn",
         )
     arms = points[["pair", "arm", "arm_kind"]].drop_duplicates()

@@ -258,8 +258,18 @@ def prediction_table(compared: list, caption: str = "") -> Table:
             )
         )
     return Table(
-        header=("workload", "arm", "load", "metric", "predicted", "measured", "error",
-                "repeat spread", "tolerance", "within"),  # fmt: skip
+        header=(
+            "workload",
+            "arm",
+            "load",
+            "metric",
+            "predicted",
+            "measured",
+            "error",
+            "repeat spread",
+            "tolerance",
+            "within",
+        ),  # fmt: skip
         rows=tuple(rows),
         caption=caption,
     )

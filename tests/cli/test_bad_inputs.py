@@ -311,7 +311,10 @@ PAIR_LINES = [
     ("draft_fraction = nan", "pairs.tiny-cpu.draft_fraction: Input should be a finite number"),
     ("draft_fraction = 2", "pairs.tiny-cpu.draft_fraction: Input should be less than"),
     ('confidence_head = "maybe"', "pairs.tiny-cpu.confidence_head: Input should be 'auto'"),
-    ('capture = ["nope"]', "pairs.tiny-cpu.capture.0: Input should be 'drafts', 'refits' or 'steps'"),
+    (
+        'capture = ["nope"]',
+        "pairs.tiny-cpu.capture.0: Input should be 'drafts', 'refits' or 'steps'",
+    ),
     ('default_sweep = "nope"', "pairs.tiny-cpu.default_sweep: unknown sweep 'nope'"),
     ("method = 3", "pairs.tiny-cpu.method: Input should be a valid string"),
     ("colour = 1", "pairs.tiny-cpu.colour: Extra inputs are not permitted"),
@@ -623,9 +626,7 @@ def _set_line(path: Path, table: str, line: str, names: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- the test
-@pytest.mark.parametrize(
-    "case", CASES, ids=_id
-)
+@pytest.mark.parametrize("case", CASES, ids=_id)
 def test_bad_input_never_exits_4_and_says_one_line(
     case, servers, good_run, tmp_path, no_server, monkeypatch
 ):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.doctor import DoctorOptions, exit_code, run_doctor
+from avbench.doctor import SANITY_MAX_WEIGHTS_GIB, DoctorOptions, exit_code, run_doctor, weights_gib
 from avbench.server import probe_vllm
 
 pytestmark = pytest.mark.slow
@@ -72,6 +72,8 @@ def test_this_cpu_machine(tmp_path):
     assert plugin.status == "ok", plugin.line()
     (pre,) = checks["pre-flight"]
     assert pre.status == "ok" and "tiny-cpu" in pre.detail
+    (sanity,) = checks["acceptance sanity"]  # opt-in: it would start a server
+    assert sanity.status == "ok" and "avbench sanity --pair tiny-cpu" in sanity.detail
     all_checks = [c for cs in checks.values() for c in cs]
     assert exit_code(all_checks) == 0, "\n".join(c.line() for c in all_checks)
     for c in all_checks:
@@ -126,3 +128,22 @@ def test_driver_check_knows_what_cuda_13_needs():
     assert driver_check(["580.159.03"], "13.0").status == "ok"
     assert driver_check(["535.104.05"], "12.8").status == "ok"
     assert driver_check(["535.104.05"], None).status == "warn"
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (make setup)")
+def test_sanity_of_a_pair_too_big_to_serve_here_is_left_to_the_serving_machine(tmp_path):
+    opts = DoctorOptions(pair="dsv4-dspark", sanity=True, results=tmp_path / "results")
+    (sanity,) = by_name(run_doctor(opts))["acceptance sanity"]
+    assert sanity.status == "warn" and "not a local checkpoint" in sanity.detail
+    assert sanity.fix == "run `avbench sanity --pair dsv4-dspark` on the serving machine"
+
+
+def test_weights_of_a_local_checkpoint(tmp_path):
+    from avbench.suite import load_suite
+
+    pair = load_suite().pair("tiny-cpu")
+    assert 0 < weights_gib(pair.resolve(pair.target)) < SANITY_MAX_WEIGHTS_GIB
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 1024)
+    (tmp_path / "config.json").write_text("{}")
+    assert weights_gib(str(tmp_path)) == 1024 / 2**30
+    assert weights_gib("org/not-a-dir") is None

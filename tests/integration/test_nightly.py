@@ -116,7 +116,9 @@ def test_make_nightly_tiny_cpu(nightly):
     # AV predicted from its OFF twin (no measured AV on CPU, so no error to store yet).
     predicted = [json.loads(x) for x in (run / "predicted.jsonl").read_text().splitlines()]
     assert sorted(r["predicted_from"] for r in predicted) == sorted(cells)
-    assert {r["arm"] for r in predicted} == {"av-k3"} and "av-k3 (predicted)" in (run / "report.md").read_text()
+    assert {r["arm"] for r in predicted} == {"av-k3"} and "av-k3 (predicted)" in (
+        run / "report.md"
+    ).read_text()
 
 
 def test_identical_runs_are_same_within_noise(short_suites, tmp_path):

@@ -73,7 +73,10 @@ def test_per_request_acceptance_equals_the_counters_exactly(run):
         assert sum(sum(r.spec_per_step_accepted) for r in records) == counters.accepted > 0
         assert sum(sum(r.spec_per_step_drafted) for r in records) == counters.draft_tokens
         assert sum(len(r.spec_per_step_accepted) for r in records) == counters.drafts
-        assert (row["req_spec_accepted"], row["req_spec_steps"]) == (counters.accepted, counters.drafts)
+        assert (row["req_spec_accepted"], row["req_spec_steps"]) == (
+            counters.accepted,
+            counters.drafts,
+        )
         assert row["req_spec_vs_counter_accepted"] == 1.0
         assert row["chunk_vs_req_spec_accept_length"] is not None  # the stream proxy beside it
         # The plugin's step capture counts the same verdicts.

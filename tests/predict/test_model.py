@@ -51,8 +51,12 @@ def _cell(accepted: list[list[int]], f: list[list[list[float]]] | None = None) -
     for s, acc in enumerate(accepted, start=1):
         for r, a in enumerate(acc):
             feats = np.array(f[s - 1][r]) if f is not None else np.zeros(K)
-            rows.append({"request_id": f"r{r}", "step": s, "accepted": a, "scheduled": K, "f": feats})
-    return CellReplay(K, step_times(steps), pd.DataFrame(rows), {f"r{r}": 4.0 for r in range(n)}, 100.0)
+            rows.append(
+                {"request_id": f"r{r}", "step": s, "accepted": a, "scheduled": K, "f": feats}
+            )
+    return CellReplay(
+        K, step_times(steps), pd.DataFrame(rows), {f"r{r}": 4.0 for r in range(n)}, 100.0
+    )
 
 
 def test_position_labels_lay_verify_events_on_output_positions():
@@ -120,7 +124,9 @@ def test_av_replay_admits_exactly_what_vllms_assign_gives():
     assert len(calls) >= 6  # the budget bound in most steps
     for conf, cap, budget, ours in calls:
         real = torch.as_tensor(cap).clone()
-        av._assign_draft_token_budget(torch.as_tensor(conf), torch.arange(len(cap)), real, budget, K)
+        av._assign_draft_token_budget(
+            torch.as_tensor(conf), torch.arange(len(cap)), real, budget, K
+        )
         assert ours.tolist() == real.tolist()
         assert int(ours.sum()) == budget
     # By hand: 12 steps is before the first refit (every 100), so every confidence is the cold

