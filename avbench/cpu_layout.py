@@ -18,6 +18,8 @@ from avbench.errors import ServerError
 
 WORKER_TITLE = "VLLM::Worker"  # vLLM's process title for its model worker(s)
 PROC = Path("/proc")
+# The CPUs this process had before any arm pinned it: every arm's layout is drawn from them.
+START_CPUS = frozenset(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ def _cpus(cpus: frozenset[int]) -> str:
 
 def layout_for(worker_cpus: list[int], pair: str) -> Layout:
     """The layout on this machine; a one-line error where it cannot be had here."""
-    allowed = frozenset(os.sched_getaffinity(0))
+    allowed = START_CPUS
     worker = frozenset(worker_cpus)
     rest = allowed - worker
     if not worker <= allowed or not rest:
@@ -75,3 +77,8 @@ def apply(layout: Layout, pgid: int) -> int:
         _pin(int(entry.name), layout.worker if is_worker else layout.rest)
     _pin(os.getpid(), layout.rest)
     return workers
+
+
+def release() -> None:
+    """This process back on the CPUs it started with (the arm's server has stopped)."""
+    _pin(os.getpid(), START_CPUS)

@@ -32,7 +32,7 @@ import httpx
 from pydantic import SecretStr
 
 from avbench.capture import arm_capture, capture_env, file_cell, settings_for
-from avbench.cpu_layout import apply, layout_for
+from avbench.cpu_layout import apply, layout_for, release
 from avbench.errors import AvbenchError, ServerError, StoreError, UnsupportedArm, save_traceback
 from avbench.inputs import check_api_key, check_endpoint, check_port, check_positive
 from avbench.loadgen.config import EndpointConfig, SamplingParams
@@ -542,6 +542,8 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
         )
     finally:
         server.stop()
+        if pair.worker_cpus is not None:
+            release()
 
 
 def _auth_headers(opts: SweepOptions) -> dict[str, str]:

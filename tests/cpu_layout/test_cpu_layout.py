@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from avbench.cpu_layout import apply, layout_for
+from avbench.cpu_layout import apply, layout_for, release
 from avbench.errors import ServerError
 
 ALLOWED = sorted(os.sched_getaffinity(0))
@@ -40,6 +40,10 @@ def test_the_worker_gets_its_cpus_and_everything_else_the_rest():
         assert os.sched_getaffinity(worker) == {ALLOWED[-1]}
         assert os.sched_getaffinity(group.pid) == set(ALLOWED[:-1])
         assert os.sched_getaffinity(0) == set(ALLOWED[:-1])  # the load driver
+        # The next arm draws its layout from the CPUs this process started with.
+        assert layout_for([ALLOWED[-1]], "p") == layout
+        release()
+        assert os.sched_getaffinity(0) == own
     finally:
         os.sched_setaffinity(0, own)
         os.killpg(group.pid, 9)
