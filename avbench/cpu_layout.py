@@ -1,11 +1,11 @@
-"""Where a CPU server's processes run (pair setting ``worker_cpus``).
+"""Where a CPU server's processes run (pair setting ``engine_cpus``).
 
 vLLM's CPU build serves from three processes: the API server (HTTP, detokenizing, streaming),
-the engine core (scheduling; it polls for the worker's results) and the model worker
-(``VLLM::Worker``), which computes nonstop. On a machine with two or so cores, left to the OS
-the worker shares a core with the API server often enough that the API server falls behind and
-writes whole streams at once (stream_burst_frac). Pinned, the worker has its CPUs to itself and
-the API server, the engine core and avbench's load driver share the rest.
+the engine core (scheduling; it spins, yielding, while it waits for the worker) and the model
+worker, which computes nonstop. On a machine with two or so cores, left to the OS the API server
+often shares a core with one of the other two and falls behind, then writes whole streams at
+once (stream_burst_frac). Pinned, the engine core and the worker share their CPUs and the API
+server and avbench's load driver have the rest.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from avbench.errors import ServerError
 
-WORKER_TITLE = "VLLM::Worker"  # vLLM's process title for its model worker(s)
+# vLLM's process titles (the kernel keeps 15 characters) of the engine core and its workers.
+ENGINE_TITLES = ("VLLM::EngineCor", "VLLM::Worker")
 PROC = Path("/proc")
 # The CPUs this process had before any arm pinned it: every arm's layout is drawn from them.
 START_CPUS = frozenset(os.sched_getaffinity(0))
@@ -24,13 +25,13 @@ START_CPUS = frozenset(os.sched_getaffinity(0))
 
 @dataclass(frozen=True)
 class Layout:
-    worker: frozenset[int]  # CPUs of the model worker(s)
-    rest: frozenset[int]  # CPUs of every other server process and of the load driver
+    engine: frozenset[int]  # CPUs of the engine core and the model worker(s)
+    rest: frozenset[int]  # CPUs of the API server and of the load driver
 
     def describe(self) -> str:
         return (
-            f"model worker on CPU {_cpus(self.worker)}; API server, engine core and load driver "
-            f"on CPU {_cpus(self.rest)}"
+            f"engine core and model worker on CPU {_cpus(self.engine)}; API server and load "
+            f"driver on CPU {_cpus(self.rest)}"
         )
 
 
@@ -38,17 +39,16 @@ def _cpus(cpus: frozenset[int]) -> str:
     return ",".join(map(str, sorted(cpus)))
 
 
-def layout_for(worker_cpus: list[int], pair: str) -> Layout:
+def layout_for(engine_cpus: list[int], pair: str) -> Layout:
     """The layout on this machine; a one-line error where it cannot be had here."""
-    allowed = START_CPUS
-    worker = frozenset(worker_cpus)
-    rest = allowed - worker
-    if not worker <= allowed or not rest:
+    engine = frozenset(engine_cpus)
+    rest = START_CPUS - engine
+    if not engine <= START_CPUS or not rest:
         raise ServerError(
-            f"pairs.{pair}.worker_cpus = {sorted(worker)}: expected CPUs this process may use "
-            f"({_cpus(allowed)}) that leave at least one for the rest"
+            f"pairs.{pair}.engine_cpus = {sorted(engine)}: expected CPUs this process may use "
+            f"({_cpus(START_CPUS)}) that leave at least one for the rest"
         )
-    return Layout(worker, rest)
+    return Layout(engine, rest)
 
 
 def _pin(pid: int, cpus: frozenset[int]) -> None:
@@ -61,8 +61,9 @@ def _pin(pid: int, cpus: frozenset[int]) -> None:
 
 
 def apply(layout: Layout, pgid: int) -> int:
-    """Pin the server's process group and this process; returns how many workers were pinned."""
-    workers = 0
+    """Pin the server's process group and this process; returns how many engine processes
+    (engine core and workers) were pinned."""
+    engine = 0
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -72,11 +73,11 @@ def apply(layout: Layout, pgid: int) -> int:
             title = (entry / "comm").read_text().strip()
         except (ProcessLookupError, FileNotFoundError, PermissionError):
             continue
-        is_worker = title.startswith(WORKER_TITLE)
-        workers += is_worker
-        _pin(int(entry.name), layout.worker if is_worker else layout.rest)
+        is_engine = title.startswith(ENGINE_TITLES)
+        engine += is_engine
+        _pin(int(entry.name), layout.engine if is_engine else layout.rest)
     _pin(os.getpid(), layout.rest)
-    return workers
+    return engine
 
 
 def release() -> None:

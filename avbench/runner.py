@@ -518,10 +518,11 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
         try:
             server.start()
             server.wait_ready(headers)
-            if pair.worker_cpus is not None:
-                layout = layout_for(pair.worker_cpus, pair.name)
+            if pair.engine_cpus is not None:
+                layout = layout_for(pair.engine_cpus, pair.name)
                 pinned = apply(layout, server.pgid)
-                reporter.arm_started(arm.name, f"pinned {layout.describe()} ({pinned} worker)")
+                detail = f"pinned {layout.describe()} ({pinned} engine processes)"
+                reporter.arm_started(arm.name, detail)
         except ServerError as exc:
             reason = redact(str(exc), secrets)
             reporter.arm_failed(arm.name, reason)
@@ -542,7 +543,7 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
         )
     finally:
         server.stop()
-        if pair.worker_cpus is not None:
+        if pair.engine_cpus is not None:
             release()
 
 

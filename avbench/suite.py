@@ -69,9 +69,9 @@ class Pair(BaseModel):
     # On vLLM's CPU build, speculative arms sampling at temperature > 0 get avbench's fix of its
     # expand kernel where the build has the bug (docs/cpu-sampler.md); false: the stock sampler.
     cpu_sampler_fix: bool = True
-    # CPUs for vLLM's model worker alone, the server's other processes and avbench's load
-    # driver on the rest (avbench/cpu_layout.py); None: the OS places them.
-    worker_cpus: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1)
+    # CPUs for vLLM's engine core and model worker, its API server and avbench's load driver on
+    # the rest (avbench/cpu_layout.py); None: the OS places them.
+    engine_cpus: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1)
 
     @property
     def gpus_per_server(self) -> int:
