@@ -163,7 +163,8 @@ def acceptance_by_position(points: pd.DataFrame, colors: dict[str, str]) -> go.F
     fig = make_subplots(
         rows=1,
         cols=len(panels),
-        subplot_titles=[f"{p} · {w}" for p, w in panels],
+        # Two lines: a pair labelled with its sampling is too long for a panel of three.
+        subplot_titles=[f"{p}<br>{w}" for p, w in panels],
         shared_yaxes=True,
     )
     for i, (pair, workload) in enumerate(panels, start=1):
@@ -191,7 +192,9 @@ def acceptance_by_position(points: pd.DataFrame, colors: dict[str, str]) -> go.F
         "trimmed and rejected)",
         template="plotly_white",
         height=420,
+        margin=dict(t=110),
     )
+    fig.update_annotations(font_size=11)
     return fig
 
 
