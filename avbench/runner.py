@@ -32,6 +32,7 @@ import httpx
 from pydantic import SecretStr
 
 from avbench.capture import arm_capture, capture_env, file_cell, settings_for
+from avbench.cpu_layout import apply, layout_for, release
 from avbench.errors import AvbenchError, ServerError, StoreError, UnsupportedArm, save_traceback
 from avbench.inputs import check_api_key, check_endpoint, check_port, check_positive
 from avbench.loadgen.config import EndpointConfig, SamplingParams
@@ -519,6 +520,11 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
         try:
             server.start()
             server.wait_ready(headers)
+            if pair.engine_cpus is not None:
+                layout = layout_for(pair.engine_cpus, pair.name)
+                pinned = apply(layout, server.pgid)
+                detail = f"pinned {layout.describe()} ({pinned} engine processes)"
+                reporter.arm_started(arm.name, detail)
         except ServerError as exc:
             reason = redact(str(exc), secrets)
             reporter.arm_failed(arm.name, reason)
@@ -539,6 +545,8 @@ def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, out
         )
     finally:
         server.stop()
+        if pair.engine_cpus is not None:
+            release()
 
 
 def _auth_headers(opts: SweepOptions) -> dict[str, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -69,6 +69,9 @@ class Pair(BaseModel):
     # On vLLM's CPU build, speculative arms sampling at temperature > 0 get avbench's fix of its
     # expand kernel where the build has the bug (docs/cpu-sampler.md); false: the stock sampler.
     cpu_sampler_fix: bool = True
+    # CPUs for vLLM's engine core and model worker, its API server and avbench's load driver on
+    # the rest (avbench/cpu_layout.py); None: the OS places them.
+    engine_cpus: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1)
 
     @property
     def gpus_per_server(self) -> int:

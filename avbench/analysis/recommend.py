@@ -13,6 +13,9 @@ the criterion. Per concurrency:
 Two schedules come out: the best static K at every concurrency (what a `dyn` arm measures
 against the static envelope) and the one to deploy, with K = 0 where no speculation wins.
 Open-loop rates are not batch sizes and take no part.
+A burst-delivered option (points.burst_delivered) still takes part, since throughput counts
+tokens over the window however they were delivered, but the verdict resting on it carries that
+caveat: the per-user speed it implies is not what a user of those streams saw.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Literal
 
 import pandas as pd
 
+from avbench.analysis.points import burst_delivered
 from avbench.analysis.schedule import Schedule, schedule_from_best_k
 
 Verdict = Literal["AV", "schedule", "no speculation"]
@@ -35,6 +39,7 @@ class Option:
     tput: float
     spread: float | None
     predicted: bool = False  # an avbench predict point, not a measurement
+    burst_frac: float | None = None  # set when burst-delivered: its stream_burst_frac
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,12 @@ class Decision:
         return tuple(
             o.label for o in (self.winner, self.runner_up) if o is not None and o.predicted
         )
+
+    @property
+    def burst_delivered(self) -> tuple[Option, ...]:
+        """The options this verdict compares whose streams arrived in bursts."""
+        compared = (self.winner, self.runner_up)
+        return tuple(o for o in compared if o is not None and o.burst_frac is not None)
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,7 @@ def _options(at: pd.DataFrame, kind: str) -> list[Option]:
             tput=float(r["y"]),
             spread=None if math.isnan(r["y_spread"]) else float(r["y_spread"]),
             predicted=bool(r.get("predicted", False)),
+            burst_frac=float(r["stream_burst_frac"]) if burst_delivered(r) else None,
         )
         for _, r in rows.iterrows()
     ]
@@ -149,11 +161,17 @@ def decide(at: pd.DataFrame, concurrency: int) -> Decision | None:
 
 
 def _noted(d: Decision) -> Decision:
-    """A verdict that rests on a prediction says so."""
-    if not d.predicted:
-        return d
-    note = f"rests on predicted {', '.join(d.predicted)} (avbench predict; not measured)"
-    return replace(d, notes=(*d.notes, note))
+    """A verdict that rests on a prediction or on burst-delivered streams says so."""
+    notes = list(d.notes)
+    if d.predicted:
+        notes.append(f"rests on predicted {', '.join(d.predicted)} (avbench predict; not measured)")
+    if d.burst_delivered:
+        shares = ", ".join(f"{o.label} {o.burst_frac:.0%}" for o in d.burst_delivered)
+        notes.append(
+            f"burst-delivered streams ({shares} in one burst): throughput stands, the per-user "
+            "speed it implies was not what those users saw"
+        )
+    return replace(d, notes=tuple(notes))
 
 
 def recommend(view: pd.DataFrame, pair: str, scope: str) -> Recommendation:

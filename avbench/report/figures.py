@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from avbench.analysis.frontier import frontier_line, static_envelope, with_frontier
+from avbench.analysis.points import burst_delivered
 from avbench.report.tables import fmt
 
 PALETTE = ["#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880"]
@@ -22,10 +23,12 @@ def arm_colors(arms: list[str]) -> dict[str, str]:
 def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
     """One trace per arm (closed-loop points joined, open-loop rates as their own diamonds),
     the frontier, and the best static K per load. Predicted points (avbench predict) are
-    hollow and their arm's legend says so."""
+    hollow and their arm's legend says so; burst-delivered points are crossed and faded, the
+    reason in their hover and a "⚠" by their label."""
     v = with_frontier(view.dropna(subset=["x", "y"])).sort_values("load_order")
     if "predicted" not in v:
         v = v.assign(predicted=False)
+    v = v.assign(suspect=[burst_delivered(r) or "" for _, r in v.iterrows()])
     fig = go.Figure()
     for arm in dict.fromkeys(v["arm"]):
         a = v[v["arm"] == arm]
@@ -41,14 +44,20 @@ def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
                     legendgroup=arm,
                     showlegend=bool(closed or a["concurrency"].isna().all()),
                     text=[
-                        f"{lo} (pred.)" if p else lo
-                        for lo, p in zip(part["load"], part["predicted"], strict=True)
+                        f"{lo}{' (pred.)' if p else ''}{' ⚠' if bad else ''}"
+                        for lo, p, bad in zip(
+                            part["load"], part["predicted"], part["suspect"], strict=True
+                        )
                     ],
                     textposition="top center",
                     marker=dict(
                         color=colors.get(arm),
                         size=[13 if f else 8 for f in part["on_frontier"]],
-                        symbol=[f"{shape}-open" if p else shape for p in part["predicted"]],
+                        symbol=[
+                            shape + ("-x" if bad else "") + ("-open" if p else "")
+                            for p, bad in zip(part["predicted"], part["suspect"], strict=True)
+                        ],
+                        opacity=[0.45 if bad else 1.0 for bad in part["suspect"]],
                         line=dict(
                             width=[
                                 2 if f or p else 0
@@ -65,13 +74,14 @@ def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
                         [
                             [fmt(v, ".2f") for v in part["acceptance_length"]],
                             [fmt(v * 100, ".1f", "%") for v in part["y_spread"]],
+                            [f"<br>⚠ {bad}" if bad else "" for bad in part["suspect"]],
                         ],
                         axis=-1,
                     ),
                     hovertemplate=(
                         f"{arm} %{{text}}<br>%{{x:.1f}} tok/s/user<br>%{{y:.1f}} tok/s/GPU"
                         "<br>accept length %{customdata[0]}<br>spread %{customdata[1]}"
-                        "<extra></extra>"
+                        "%{customdata[2]}<extra></extra>"
                     ),
                 )
             )
@@ -153,7 +163,8 @@ def acceptance_by_position(points: pd.DataFrame, colors: dict[str, str]) -> go.F
     fig = make_subplots(
         rows=1,
         cols=len(panels),
-        subplot_titles=[f"{p} · {w}" for p, w in panels],
+        # Two lines: a pair labelled with its sampling is too long for a panel of three.
+        subplot_titles=[f"{p}<br>{w}" for p, w in panels],
         shared_yaxes=True,
     )
     for i, (pair, workload) in enumerate(panels, start=1):
@@ -181,7 +192,9 @@ def acceptance_by_position(points: pd.DataFrame, colors: dict[str, str]) -> go.F
         "trimmed and rejected)",
         template="plotly_white",
         height=420,
+        margin=dict(t=110),
     )
+    fig.update_annotations(font_size=11)
     return fig
 
 

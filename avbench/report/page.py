@@ -20,7 +20,15 @@ import pandas as pd
 
 from avbench.analysis.frontier import frontier_count
 from avbench.analysis.gain import comparisons, gain_tables
-from avbench.analysis.points import POOLED, build_points, normalize_cells, per_verified, views
+from avbench.analysis.points import (
+    BURST_SUSPECT_FRAC,
+    POOLED,
+    build_points,
+    burst_delivered,
+    normalize_cells,
+    per_verified,
+    views,
+)
 from avbench.analysis.schedule import check_dyn
 from avbench.errors import StoreFull
 from avbench.report import figures as figs
@@ -277,6 +285,7 @@ def _frontiers(page: _Page, rs: RunSet, points: pd.DataFrame, colors) -> None:
         page.section(f"{pair} · {workload}", 3)
         for s in sentences:
             page.text(s + ".")
+        _burst_note(page, view)
         name = _slug("pareto", pair, workload)
         parts = [page.figure(name, figs.pareto(view, f"{pair} · {workload}", colors))]
         if workload != POOLED and not refits.empty:
@@ -289,6 +298,20 @@ def _frontiers(page: _Page, rs: RunSet, points: pd.DataFrame, colors) -> None:
                     )
                 )
         page.html.append("<div class='row'>" + "".join(f"<div>{p}</div>" for p in parts) + "</div>")
+
+
+def _burst_note(page: _Page, view: pd.DataFrame) -> None:
+    """Which points of a view are burst-delivered (drawn crossed and faded), and why."""
+    suspect = [r for _, r in view.iterrows() if burst_delivered(r)]
+    if suspect:
+        which = ", ".join(f"{r['arm']} {r['load']} ({r['stream_burst_frac']:.0%})" for r in suspect)
+        page.text(
+            f"Burst-delivered points (crossed, faded, ⚠): {which} of their streams arrived in "
+            f"one burst (the threshold: {BURST_SUSPECT_FRAC:.0%}). Those streams have TPOT and "
+            "ITL near 0 and TTFT near their end-to-end time, so the points' interactivity is "
+            "the delivery's, not what a user saw; their throughput stands.",
+            "warn",
+        )
 
 
 def _predictions(page: _Page, rs: RunSet) -> None:
@@ -449,13 +472,20 @@ def _per_verified(point: pd.Series, column: str) -> str:
     return text if verified or value is None else f"{text} (per scheduled)"
 
 
+def _burst_text(point: pd.Series) -> str:
+    text = tables.fmt(point["stream_burst_frac"] * 100, ".0f", "%")
+    return f"{text} ⚠ suspect" if burst_delivered(point) else text
+
+
 def _cells(page: _Page, points: pd.DataFrame) -> None:
     page.section("Points (mean over repeats)")
     page.text(
         "accept rate and verified/draft are per verified draft: from the counters on arms "
         "without AV, from live captures on AV arms (their counters count scheduled drafts, "
         "before AV trims them: where nothing was captured the counters' figure is shown, marked "
-        "'per scheduled'). trimmed: captured share of scheduled drafts AV trimmed."
+        "'per scheduled'). trimmed: captured share of scheduled drafts AV trimmed. streams in "
+        "one burst: the worst cell's stream_burst_frac; above "
+        f"{BURST_SUSPECT_FRAC:.0%} the point's latency columns are suspect."
     )
     rows = tuple(
         (
@@ -474,6 +504,7 @@ def _cells(page: _Page, points: pd.DataFrame) -> None:
             tables.fmt(r["trimmed_share"] * 100, ".0f", "%"),
             tables.fmt(r["y_spread"] * 100, ".1f", "%"),
             str(int(r["repeats"])),
+            _burst_text(r),
         )
         for _, r in points.iterrows()
     )
@@ -495,6 +526,7 @@ def _cells(page: _Page, points: pd.DataFrame) -> None:
                 "trimmed",
                 "spread",
                 "repeats",
+                "streams in one burst",
             ),
             rows,
         )

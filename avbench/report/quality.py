@@ -61,7 +61,8 @@ def quality_section(page, rs) -> None:
         m = margins.get((r.get("run_id"), r["cell_id"]), [])
         body.append(
             (
-                r["cell_id"],
+                # Runs side by side (the demo's two samplings) share cell ids: name the run.
+                f"{r['cell_id']} ({r.get('run_id')})" if len(rs.runs) > 1 else r["cell_id"],
                 identity_text(r),
                 ", ".join(map(str, (r.get("first_diff_positions") or [])[:10])) or "-",
                 ", ".join(f"{x:.3f}" for x in m[:10]) or "-",

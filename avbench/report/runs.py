@@ -45,6 +45,8 @@ class RunSet:
     cells: pd.DataFrame  # every finished cell row of every run, with run_id and pair
     # `avbench predict`'s rows (predicted.jsonl) of every run: never measurements.
     predicted: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Pair labels that name a sampling profile (see load_runs) -> the run each came from.
+    profile_runs: dict[str, str] = field(default_factory=dict)
 
     def with_predictions(self) -> pd.DataFrame:
         """Measured cells, plus predicted ones where no repeat of that arm, workload and load
@@ -90,6 +92,8 @@ class RunSet:
 
     def manifest_of(self, pair: str) -> dict:
         """The manifest of the first run (or merged run's source) that swept this pair."""
+        if pair in self.profile_runs:
+            return self.run_of(self.profile_runs[pair]).manifest
         for run in self.runs:
             for m in [run.manifest, *(run.manifest.get("sources") or {}).values()]:
                 if (m.get("pair") or {}).get("name") == pair:
@@ -167,4 +171,32 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
             predicted.append(pd.DataFrame(rows).assign(run_id=run.run_id, predicted=True))
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     pred = pd.concat(predicted, ignore_index=True) if predicted else pd.DataFrame()
-    return RunSet(runs, cells, pred)
+    profile_runs = _label_profiles(runs, [cells, pred])
+    return RunSet(runs, cells, pred, profile_runs)
+
+
+def _sampling(run: Run) -> str | None:
+    smp = (run.manifest.get("sweep") or {}).get("sampling")
+    if not smp:
+        return None
+    return f"temp {smp.get('temperature', 1.0):g}, top_p {smp.get('top_p', 1.0):g}"
+
+
+def _label_profiles(runs: list[Run], frames: list[pd.DataFrame]) -> dict[str, str]:
+    """Runs of one pair sampled differently are different answers, never one average: their
+    cells (in ``frames``, relabelled in place) carry the pair as "<pair> (<sampling>)", so
+    points, frontiers and recommendations keep them apart. Returns label -> its first run."""
+    profiles: dict[str, set[str]] = {}
+    for run in runs:  # a run that recorded no sampling takes no side
+        if (smp := _sampling(run)) is not None:
+            profiles.setdefault(run.pair, set()).add(smp)
+    out: dict[str, str] = {}
+    for run in runs:
+        if len(profiles.get(run.pair, ())) < 2 or _sampling(run) is None:
+            continue
+        label = f"{run.pair} ({_sampling(run)})"
+        out.setdefault(label, run.run_id)
+        for df in frames:
+            if not df.empty:
+                df.loc[(df["run_id"] == run.run_id) & (df["pair"] == run.pair), "pair"] = label
+    return out

@@ -188,6 +188,12 @@ def recommendation_text(rec: Recommendation, deploy: dict[str, dict | None]) -> 
         predicted = sorted({label for d in ds for label in d.predicted})
         if predicted:
             detail += f"; rests on predicted {', '.join(predicted)} (not measured)"
+        bursts = [f"{o.label} at c={d.concurrency}" for d in ds for o in d.burst_delivered]
+        if bursts:
+            detail += (
+                f"; caveat: {', '.join(bursts)} burst-delivered (its throughput counts, its "
+                "latency does not)"
+            )
         lines.append(f"- {span}: **{what}** — {detail}")
     lines.append("")
     if rec.schedule is not None:

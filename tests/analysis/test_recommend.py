@@ -90,3 +90,22 @@ def test_pooled_needs_every_workload_and_open_loop_is_ignored(points, cell):
     assert [(d.concurrency, d.verdict) for d in rec.decisions] == [(1, "schedule")]
     assert rec.decisions[0].winner.tput == pytest.approx(80.0)
     assert rec.schedule == rec.deploy_schedule == [(1, 1, 3)]
+
+
+def test_a_burst_delivered_option_keeps_its_verdict_with_the_caveat(points, cell):
+    def burst(rows, frac):
+        return [r | {"stream_burst_frac": frac} for r in rows]
+
+    from avbench.analysis.points import BURST_SUSPECT_FRAC
+
+    p = points(
+        cell("baseline", 1, 100), burst(cell("static-k3", 1, 150), 0.31),
+        burst(cell("baseline", 4, 300), BURST_SUSPECT_FRAC), cell("static-k3", 4, 400),
+    )  # fmt: skip
+    d1, d4 = _rec(p).decisions
+    assert (d1.verdict, d1.winner.label, d1.winner.burst_frac) == ("schedule", "static-k3", 0.31)
+    assert [o.label for o in d1.burst_delivered] == ["static-k3"]
+    (note,) = [n for n in d1.notes if "burst" in n]
+    assert note.startswith("burst-delivered streams (static-k3 31% in one burst)")
+    # At the threshold itself a cell is not suspect.
+    assert d4.burst_delivered == () and not any("burst" in n for n in d4.notes)

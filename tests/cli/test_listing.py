@@ -53,4 +53,4 @@ def test_json_for_scripts():
     plan = json.loads(run("plan", "--pair", "tiny-cpu", "--json"))
     assert plan["arms"] == ["baseline", "static-k1", "static-k3", "av-k3"]
     assert plan["cells"][0]["cell_id"] == "baseline__gsm8k-tiny__c1__rep0"
-    assert plan["sampling"]["temperature"] == 0.0
+    assert plan["sampling"]["temperature"] == 1.0  # the demo samples as the study

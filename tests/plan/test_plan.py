@@ -15,6 +15,24 @@ def test_demo_arms_are_baseline_static_and_av_at_largest_k(suite):
     assert [a.name for a in arms] == ["baseline", "static-k1", "static-k3", "av-k3"]
 
 
+def test_demo_samples_as_the_study_and_checks_identity_at_temperature_0(suite):
+    """make demo: the study's sampling (every speculative arm drafting probabilistically, the
+    CPU sampler fix on) beside a temperature-0 run whose speculative arm meets its baseline."""
+    from avbench.server import ENV_CPU_FIX, build_env
+
+    pair = suite.pair("tiny-cpu")
+    study, greedy = suite.sweep("demo"), suite.sweep("demo-temp0")
+    assert (study.sampling.temperature, study.sampling.top_p) == (1.0, 0.95)
+    assert study.draft_method == greedy.draft_method == "probabilistic"
+    for arm in arms_for(pair, study):
+        assert (build_env(pair, arm, None, study).get(ENV_CPU_FIX) == "1") == (
+            arm.kind != "baseline"
+        )
+    assert greedy.sampling.temperature == 0.0
+    assert [a.name for a in arms_for(pair, greedy)] == ["baseline", "static-k3"]
+    assert set(greedy.workloads) <= set(study.workloads)
+
+
 def test_k_values_capped_at_pair_max_k(suite):
     pair = suite.pair("inkling-mtp").model_copy(update={"k_values": None})
     arms = arms_for(pair, suite.sweep("default"))  # sweep K list 1,3,5,8; max_k 3

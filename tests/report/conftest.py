@@ -27,6 +27,7 @@ def make_run(
     av_unsupported: bool = False,
     av_captured: bool = False,
     engine: dict[str, dict] | None = None,  # arm -> what its server chose (cell columns)
+    sampling: dict | None = None,
 ) -> RunStore:
     """A run of closed-loop cells at ``concurrencies`` and open-loop cells at ``rates``."""
     manifest = {
@@ -39,7 +40,11 @@ def make_run(
             "method": "draft_model",
             "max_k": 3,
         },
-        "sweep": {"name": "s", "workloads": list(workloads), "sampling": {"temperature": 0.0}},
+        "sweep": {
+            "name": "s",
+            "workloads": list(workloads),
+            "sampling": sampling or {"temperature": 0.0},
+        },
         "arms": [
             {
                 "name": a,
