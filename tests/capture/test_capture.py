@@ -208,7 +208,7 @@ def test_a_gpu_sweep_that_captures_greedy_drafts_is_warned_before_it_starts():
 
     (text,) = capture_warnings(opts("predict-cpu"), gpu)
     assert "sweep predict-cpu captures drafts" in text and "'probabilistic'" in text
-    assert capture_warnings(opts("predict-cpu"), cpu) == []  # Model Runner V1 captures greedy drafts
+    assert capture_warnings(opts("predict-cpu"), cpu) == []  # V1 captures greedy drafts
     assert capture_warnings(opts("capture"), gpu) == []  # drafts sampled: probabilistic
     assert capture_warnings(opts("nightly-cpu"), gpu) == []  # an AV arm: probabilistic everywhere
     assert capture_warnings(opts("demo"), gpu) == []  # no captures
