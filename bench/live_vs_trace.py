@@ -9,8 +9,11 @@ probabilistic drafting, the CPU sampler fix on; one server start), then
   prompts, sampling and K;
 - the trace's sampled acceptance within 3 standard errors of its own sum min(p, q).
 
-    flock /tmp/avbench-vllm.lock .venv/bin/python bench/live_vs_trace.py [--requests 32]
-    .venv/bin/python bench/live_vs_trace.py --run results/<run>   # trace an existing run only
+    .venv/bin/python bench/live_vs_trace.py [--requests 32] [--passes 2]
+    .venv/bin/python bench/live_vs_trace.py --run results/<run>   # check an existing run
+
+The sweep starts one vLLM server (no other server should run meanwhile); the trace is CPU work
+in transformers, a few minutes for the default 2 x 32 requests traced twice.
 
 Exit 0 when every check holds.
 """
