@@ -6,9 +6,12 @@ is recorded with its features and its exact expected acceptance sum_x min(p(x), 
 
 As in vLLM's rejection sampler (the default, ``draft_top_p`` off): q is the drafter's softmax
 at the request temperature only, drafts are drawn from that q, and the target's p gets
-temperature and top-p. With ``draft_top_p`` the drafter's distribution is cut by top-p too. Several requests are interleaved as an
-emulated batch (`concurrency`): drafts verified in the same round-robin pass share a step id,
-like drafts of one engine step in vLLM, which is what the estimator's rounds count.
+temperature and top-p (vLLM's top-k too; sweeps send none, so the trace has no top-k). With
+``draft_top_p`` the drafter's distribution is cut by top-p too.
+
+Several requests are interleaved as an emulated batch (`concurrency`): drafts verified in the
+same round-robin pass share a step id, like drafts of one engine step in vLLM, which is what the
+estimator's rounds count.
 
 Features (q_max, f, entropy) come from the drafter's temperature-scaled distribution before
 top-p (docs/adaptive-verification.md); q_sampled is the drawn token's probability under the
