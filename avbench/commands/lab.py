@@ -39,6 +39,22 @@ def trace(
         0,
         help="Also test (chi-square, alpha 0.01) with this many runs that emitted tokens follow the target.",
     ),
+    draft_top_p: bool = typer.Option(
+        False,
+        help="Cut the drafter's distribution by top-p too (vLLM does not: its drafts and q "
+        "are the temperature softmax).",
+    ),
+    against: Path | None = typer.Option(
+        None,
+        help="A live sweep run: trace its pair on its cells' prompts with its sampling and K, "
+        "and compare per-position acceptance (exit 1 on a mismatch).",
+    ),
+    passes: int = typer.Option(1, help="With --against: trace each prompt this many times."),
+    tolerance: float | None = typer.Option(
+        None,
+        help="With --against: allowed |live - offline| per position (default: 4 standard "
+        "errors of the difference).",
+    ),
 ) -> None:
     """Generate labeled drafts offline with a real target + drafter (transformers)."""
     import torch
@@ -62,6 +78,10 @@ def trace(
     if out is not None and out.exists() and not out.is_dir():
         raise AvbenchError(f"--out {out}: is a file, expected a run directory")
     torch.set_num_threads(max(1, threads))
+    run_dir = out or Path("results") / time.strftime("trace-%Y%m%d-%H%M%S")
+    if against is not None:
+        _trace_against(against, run_dir, passes, tolerance, seed, device)
+        return
     paths = resolve_pair(pair, target, drafter)
     cfg = TraceConfig(
         num_draft=num_draft,
@@ -73,8 +93,8 @@ def trace(
         seed=seed,
         device=device,
         dtype=dtype,
+        draft_top_p=draft_top_p,
     )
-    run_dir = out or Path("results") / time.strftime("trace-%Y%m%d-%H%M%S")
     for w in workload:
         res = run_trace(paths, w, run_dir / "drafts", cfg, run_dir.name, progress=typer.echo)
         typer.echo(
@@ -86,6 +106,19 @@ def trace(
         typer.echo(render_distribution_test(result))
         if not result.passed:
             raise AvbenchError("emitted tokens do not follow the target distribution (see above)")
+
+
+def _trace_against(
+    run: Path, out: Path, passes: int, tolerance: float | None, seed: int, device: str
+) -> None:
+    from avbench.estimator.live_vs_trace import check_live_run, render_live_check
+
+    if not (run / "manifest.json").is_file():
+        raise AvbenchError(f"--against {run}: not a run directory (no manifest.json)")
+    res = check_live_run(run, out / "drafts", passes, tolerance, seed, device, typer.echo)
+    typer.echo(render_live_check(res))
+    if not res.passed:
+        raise typer.Exit(1)
 
 
 def _check_device(device: str, torch) -> None:

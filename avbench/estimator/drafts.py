@@ -47,8 +47,14 @@ DRAFT_SCHEMA = pa.schema(
         pa.field("estimator_pred", pa.float64(), nullable=True),
         pa.field("head_score", pa.float64(), nullable=True),
         pa.field("temperature", pa.float64(), nullable=False),
+        # Exact probability that this draft is accepted, sum_x min(p(x), q(x)) over the target's
+        # p and the drafter's q at this position: known offline (`avbench trace`), null in live
+        # captures (vLLM does not compute it) and in files written before the column existed.
+        pa.field("expected_accept", pa.float64(), nullable=True),
     ]
 )
+# Columns a reader fills with nulls when a file lacks them (added after files were written).
+_LATER_COLUMNS = ("expected_accept",)
 
 ESTIMATOR_SCHEMA = pa.schema(
     [
@@ -79,7 +85,7 @@ LABEL_AFTER_REJECTION = -1  # verified after the first rejection of its step (no
 LABEL_TRIMMED = -2  # scheduled but trimmed by AV before verification (no label)
 CAPTURE_SUFFIX = ".capture.parquet"
 CAPTURE_SCHEMA = pa.schema(
-    [f for f in DRAFT_SCHEMA if f.name not in _STREAM_KEYS]
+    [f for f in DRAFT_SCHEMA if f.name not in (*_STREAM_KEYS, *_LATER_COLUMNS)]
     + [
         # The id inside the engine (the client's id plus vLLM's suffixes); request_id is the
         # id the client sees in the response.
@@ -103,6 +109,9 @@ def validate_drafts(
     With ``structure`` also check that every (request, step) holds positions 1..n with label 0
     only at its last position (the labeled-prefix rule).
     """
+    missing = [c for c in _LATER_COLUMNS if c not in df.columns]
+    if missing:
+        df = df.assign(**{c: np.nan for c in missing})
     for fld in DRAFT_SCHEMA:
         if fld.name not in df.columns:
             raise _fail(source, fld.name, "missing column")
@@ -121,6 +130,7 @@ def validate_drafts(
         "estimator_pred",
         "head_score",
         "temperature",
+        "expected_accept",
     ):
         if out[name].dtype == np.float64:
             continue
@@ -140,7 +150,7 @@ def validate_drafts(
             raise _fail(source, name, "expected probabilities in (0, 1]")
     if (out["entropy"].to_numpy() < -1e-9).any():
         raise _fail(source, "entropy", "expected non-negative entropy (nats)")
-    for name in ("estimator_pred", "head_score"):
+    for name in ("estimator_pred", "head_score", "expected_accept"):
         v = out[name].to_numpy()
         v = v[~np.isnan(v)]
         if ((v < 0) | (v > 1)).any():
@@ -182,7 +192,7 @@ def captured_to_drafts(captured: pd.DataFrame, ids: dict[str, str]) -> pd.DataFr
     """The labeled rows of a live capture as a DRAFT_SCHEMA frame of one stream (``ids`` gives
     run_id, pair_id and workload_id)."""
     lab = captured[captured["label"].isin((0, 1))]
-    out = lab.assign(**{k: ids[k] for k in _STREAM_KEYS})
+    out = lab.assign(**{k: ids[k] for k in _STREAM_KEYS}, expected_accept=np.nan)
     return out[[f.name for f in DRAFT_SCHEMA]].reset_index(drop=True)
 
 

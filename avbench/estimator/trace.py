@@ -1,14 +1,21 @@
 """Offline labeled drafts from a real target + drafter pair through transformers.
 
-Each step drafts K tokens by sampling from the drafter's distribution q (temperature, top-p),
-scores them with one target forward pass and runs standard rejection sampling. Every draft up
-to the first rejection is recorded with its features. Several requests are interleaved as an
-emulated batch (`concurrency`): drafts verified in the same round-robin pass share a step id,
-like drafts of one engine step in vLLM, which is what the estimator's rounds count.
+Each step drafts K tokens by sampling from the drafter's distribution q, scores them with one
+target forward pass and runs standard rejection sampling. Every draft up to the first rejection
+is recorded with its features and its exact expected acceptance sum_x min(p(x), q(x)).
+
+As in vLLM's rejection sampler (the default, ``draft_top_p`` off): q is the drafter's softmax
+at the request temperature only, drafts are drawn from that q, and the target's p gets
+temperature and top-p (vLLM's top-k too; sweeps send none, so the trace has no top-k). With
+``draft_top_p`` the drafter's distribution is cut by top-p too.
+
+Several requests are interleaved as an emulated batch (`concurrency`): drafts verified in the
+same round-robin pass share a step id, like drafts of one engine step in vLLM, which is what the
+estimator's rounds count.
 
 Features (q_max, f, entropy) come from the drafter's temperature-scaled distribution before
-top-p (docs/adaptive-verification.md); q_sampled is the drawn token's probability under the distribution it was
-actually sampled from (after top-p), which is also the q of rejection sampling.
+top-p (docs/adaptive-verification.md); q_sampled is the drawn token's probability under the
+distribution it was actually sampled from, which is also the q of rejection sampling.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ class TraceConfig:
     seed: int = 0
     device: str = "cpu"
     dtype: str = "float32"  # model weights; probabilities are always computed in float32+
+    # Cut the drafter's q by top-p as well. Off = vLLM: q is the temperature softmax only.
+    draft_top_p: bool = False
 
     def __post_init__(self) -> None:
         if self.num_draft < 1:
@@ -82,6 +91,21 @@ def sampling_probs(logits, temperature: float, top_p: float):
     sp = sp.masked_fill(drop, 0.0)
     out = torch.zeros_like(probs).scatter_(-1, si, sp)
     return out / out.sum(-1, keepdim=True)
+
+
+def draft_probs(logits, cfg: TraceConfig):
+    """The drafter's q: what drafts are drawn from and what rejection sampling divides by."""
+    return sampling_probs(logits, cfg.temperature, cfg.top_p if cfg.draft_top_p else 1.0)
+
+
+def expected_acceptance(p, q):
+    """Probability that rejection sampling accepts a draft drawn from q against p:
+    sum_x q(x) min(1, p(x)/q(x)) = sum_x min(p(x), q(x)), over the last axis (torch or numpy)."""
+    import torch
+
+    if isinstance(p, torch.Tensor):
+        return torch.minimum(p, q).sum(-1)
+    return np.minimum(p, q).sum(-1)
 
 
 def draft_features(logits, temperature: float) -> dict[str, object]:
@@ -151,6 +175,7 @@ class StepResult:
     f: object
     entropy: object
     q_sampled: object
+    expected: object  # (B, K) sum_x min(p, q) of each draft position
 
 
 def spec_step(
@@ -170,7 +195,7 @@ def spec_step(
     drafts, qdist, feats, cur = [], [], [], ids
     for i in range(k):
         feats.append(draft_features(last, cfg.temperature))
-        q = sampling_probs(last, cfg.temperature, cfg.top_p)
+        q = draft_probs(last, cfg)
         d = torch.multinomial(q, 1, generator=gen)
         drafts.append(d)
         qdist.append(q)
@@ -200,6 +225,7 @@ def spec_step(
     resid = torch.where(z > 0, resid / z.clamp_min(1e-30), p_all[rows, n_acc])
     final = torch.multinomial(resid, 1, generator=gen)[:, 0]
     q_sampled = q_d.double()
+    expected = expected_acceptance(p_all[:, :k].double(), q_all.double())
     res = StepResult(
         dr,
         n_acc,
@@ -208,6 +234,7 @@ def spec_step(
         torch.stack([x["f"] for x in feats], 1),
         torch.stack([x["entropy"] for x in feats], 1),
         q_sampled,
+        expected,
     )
     if ids.shape[0] == 1:
         base = ids.shape[1]
@@ -267,7 +294,17 @@ def trace_pair(
         r.prompt_len = r.ids.shape[1]
     cols: dict[str, list] = {
         k: []
-        for k in ("request_id", "step", "position", "label", "q_max", "f", "q_sampled", "entropy")
+        for k in (
+            "request_id",
+            "step",
+            "position",
+            "label",
+            "q_max",
+            "f",
+            "q_sampled",
+            "entropy",
+            "expected",
+        )
     }
     active: list[_Request] = []
     step = 0
@@ -283,7 +320,7 @@ def trace_pair(
             cols["step"] += [step] * n_lab
             cols["position"] += list(range(1, n_lab + 1))
             cols["label"] += [1] * a + [0] * (n_lab - a)
-            for key in ("q_max", "f", "q_sampled", "entropy"):
+            for key in ("q_max", "f", "q_sampled", "entropy", "expected"):
                 cols[key] += getattr(res, key)[0, :n_lab].tolist()
             new = emitted_tokens(res, 0)
             if eos:
@@ -316,6 +353,7 @@ def trace_pair(
             "estimator_pred": np.full(n, np.nan),
             "head_score": np.full(n, np.nan),
             "temperature": np.full(n, float(cfg.temperature)),
+            "expected_accept": np.asarray(cols["expected"], dtype=np.float64),
         }
     )
     return df

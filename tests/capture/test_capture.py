@@ -206,8 +206,9 @@ def test_a_gpu_sweep_that_captures_greedy_drafts_is_warned_before_it_starts():
     def opts(sweep: str) -> SimpleNamespace:
         return SimpleNamespace(pair=suite.pair("tiny-cpu"), sweep=suite.sweep(sweep), endpoint=None)
 
-    (text,) = capture_warnings(opts("capture"), gpu)
-    assert "sweep capture captures drafts" in text and "'probabilistic'" in text
-    assert capture_warnings(opts("capture"), cpu) == []  # Model Runner V1 captures greedy drafts
+    (text,) = capture_warnings(opts("predict-cpu"), gpu)
+    assert "sweep predict-cpu captures drafts" in text and "'probabilistic'" in text
+    assert capture_warnings(opts("predict-cpu"), cpu) == []  # V1 captures greedy drafts
+    assert capture_warnings(opts("capture"), gpu) == []  # drafts sampled: probabilistic
     assert capture_warnings(opts("nightly-cpu"), gpu) == []  # an AV arm: probabilistic everywhere
     assert capture_warnings(opts("demo"), gpu) == []  # no captures

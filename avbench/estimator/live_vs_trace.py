@@ -1,0 +1,367 @@
+"""A live sweep's per-position acceptance against an offline trace of the same cells.
+
+vLLM's counters give, per draft position i, accepted-at-i / drafts (``accept_pos_<i>``): the
+*unconditional* probability that the first i drafts of a step are all accepted. The trace labels
+drafts only up to the first rejection, so its rows at position i exist only when positions
+1..i-1 were accepted; the same unconditional quantity is then
+
+    sampled_i  = (labels 1 at position i) / steps
+    expected_i = (sum of expected_accept at position i) / steps
+
+where steps = drafts at position 1. ``expected_i`` averages exact probabilities instead of coin
+flips (same mean, smaller variance), so it is what the live number is compared against; the
+sampled one checks the trace's own rejection sampling against it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from avbench.errors import AvbenchError
+
+SELF_CHECK_SE = 3.0  # sampled vs expected acceptance of the trace, in standard errors
+DEFAULT_TOLERANCE_SE = 4.0  # live vs trace when no absolute tolerance is given
+
+
+class LiveCheckError(AvbenchError):
+    """A run cannot be compared with a trace (no speculative cells, mixed settings, ...)."""
+
+
+# ----------------------------------------------------------------------------- pure math
+
+
+@dataclass(frozen=True)
+class TraceAcceptance:
+    """Unconditional per-position acceptance of a trace (index 0 = draft position 1)."""
+
+    steps: int
+    sampled: np.ndarray
+    expected: np.ndarray
+    se_expected: np.ndarray  # standard error of ``expected`` as an estimate of the mean
+    se_sampled_vs_expected: np.ndarray  # of sampled - expected when rejection sampling is exact
+
+
+def trace_acceptance(position: np.ndarray, label: np.ndarray, expected: np.ndarray, k: int):
+    """Per-position acceptance of labeled drafts (1-based ``position``, one step's rows at
+    positions 1..n, label 0 only last) as vLLM's counters define it."""
+    position = np.asarray(position, dtype=np.int64)
+    label = np.asarray(label, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if np.isnan(expected).any():
+        raise LiveCheckError("expected_accept: null in traced drafts (a trace fills every row)")
+    steps = int((position == 1).sum())
+    if steps == 0:
+        raise LiveCheckError("the trace has no drafts")
+    sampled, mean, se_mean, se_diff = (np.zeros(k) for _ in range(4))
+    for i in range(k):
+        e = expected[position == i + 1]
+        sampled[i] = label[position == i + 1].sum() / steps
+        mean[i] = e.sum() / steps
+        # Per step the value is e (row present) or 0 (an earlier draft was rejected).
+        var = max((np.square(e).sum() - steps * mean[i] ** 2) / max(steps - 1, 1), 0.0)
+        se_mean[i] = math.sqrt(var / steps)
+        # label - e has mean 0 and variance e(1 - e) given the step's history.
+        se_diff[i] = math.sqrt((e * (1 - e)).sum()) / steps
+    return TraceAcceptance(steps, sampled, mean, se_mean, se_diff)
+
+
+def binomial_se(rate: float, n: float) -> float:
+    return math.sqrt(max(rate * (1 - rate), 0.0) / n) if n > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class PositionCheck:
+    position: int  # 1-based
+    live_drafts: int
+    live: float
+    captured: float | None  # the same rate from the run's captured drafts, where present
+    offline_sampled: float
+    offline_expected: float
+    offline_steps: int
+    tolerance: float
+    self_z: float  # (sampled - expected) / its standard error
+
+    @property
+    def diff(self) -> float:
+        return self.live - self.offline_expected
+
+    @property
+    def live_ok(self) -> bool:
+        return abs(self.diff) <= self.tolerance
+
+    @property
+    def self_ok(self) -> bool:
+        return not abs(self.self_z) > SELF_CHECK_SE
+
+    @property
+    def passed(self) -> bool:
+        return self.live_ok and self.self_ok
+
+
+def compare(
+    live_drafts: int,
+    live_accepted: np.ndarray,
+    trace: TraceAcceptance,
+    tolerance: float | None = None,
+    captured: np.ndarray | None = None,
+) -> list[PositionCheck]:
+    """Per position: live accepted / drafts against the trace. ``tolerance`` is absolute; None
+    means DEFAULT_TOLERANCE_SE standard errors of the difference (live binomial + trace)."""
+    out = []
+    for i, acc in enumerate(live_accepted):
+        live = float(acc) / live_drafts
+        tol = tolerance
+        if tol is None:
+            se = math.hypot(binomial_se(live, live_drafts), trace.se_expected[i])
+            tol = DEFAULT_TOLERANCE_SE * se
+        se_self = trace.se_sampled_vs_expected[i]
+        gap = trace.sampled[i] - trace.expected[i]
+        out.append(
+            PositionCheck(
+                i + 1,
+                int(live_drafts),
+                live,
+                None if captured is None else float(captured[i]),
+                float(trace.sampled[i]),
+                float(trace.expected[i]),
+                trace.steps,
+                float(tol),
+                float(gap / se_self) if se_self > 0 else (0.0 if gap == 0 else math.inf),
+            )
+        )
+    return out
+
+
+def captured_acceptance(drafts: pd.DataFrame, k: int) -> np.ndarray | None:
+    """The counters' quantity from live captured drafts (labels up to the first rejection)."""
+    if drafts.empty:
+        return None
+    pos = drafts["position"].to_numpy()
+    lab = drafts["label"].to_numpy()
+    steps = (pos == 1).sum()
+    return np.array([((pos == i + 1) & (lab == 1)).sum() / steps for i in range(k)])
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """What a sweep run measured on its speculative cells, and how to trace the same."""
+
+    run_dir: Path
+    pair_id: str
+    target: Path
+    drafter: Path
+    k: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    ignore_eos: bool
+    drafts: int  # Δ num_drafts summed over the cells
+    accepted: np.ndarray  # accepted at each position, summed over the cells
+    cells: list[dict]
+    patched: tuple[str, ...]  # server_patched values of the cells
+
+
+def _same(cells: list[dict], field: str):
+    values = {c.get(field) for c in cells}
+    if len(values) != 1:
+        raise LiveCheckError(
+            f"{field}: the run's speculative cells differ ({sorted(map(str, values))}); "
+            "compare one setting at a time (one run per setting)"
+        )
+    return values.pop()
+
+
+def load_live_run(run_dir: Path) -> LiveRun:
+    from avbench.store import RunStore
+    from avbench.suite import Pair
+
+    store = RunStore.open(run_dir)
+    manifest = store.read_manifest()
+    cells = [c for c in store.finished_cells().values() if c.get("arm_kind") == "static"]
+    if not cells:
+        raise LiveCheckError(
+            f"{run_dir}: no finished static speculative cells (AV trims drafts, so its "
+            "counters are not plain rejection sampling)"
+        )
+    k = int(_same(cells, "k"))
+    for c in cells:
+        if not c.get("num_drafts") or any(c.get(f"accept_pos_{i}") is None for i in range(k)):
+            raise LiveCheckError(
+                f"cell {c['cell_id']}: no per-position acceptance (accept_pos_0..{k - 1})"
+            )
+    if _same(cells, "api") != "chat":
+        raise LiveCheckError("api: only chat workloads are traced (the server renders them)")
+    if _same(cells, "chat_template_kwargs"):
+        raise LiveCheckError("chat_template_kwargs: traced prompts use the plain template")
+    pair = Pair.model_validate(manifest["pair"])
+    drafts = sum(int(c["num_drafts"]) for c in cells)
+    accepted = np.array(
+        [sum(c[f"accept_pos_{i}"] * c["num_drafts"] for c in cells) for i in range(k)]
+    )
+    return LiveRun(
+        run_dir=run_dir,
+        pair_id=pair.name,
+        target=Path(pair.resolve(pair.target)),
+        drafter=Path(pair.resolve(pair.drafter)),
+        k=k,
+        temperature=float(_same(cells, "temperature")),
+        top_p=float(_same(cells, "top_p")),
+        max_tokens=int(_same(cells, "max_tokens")),
+        ignore_eos=bool(_same(cells, "ignore_eos")),
+        drafts=drafts,
+        accepted=np.rint(accepted),
+        cells=cells,
+        patched=tuple(sorted({str(c.get("server_patched") or "") for c in cells})),
+    )
+
+
+def cell_messages(run: LiveRun) -> dict[str, list[list[dict[str, str]]]]:
+    """Each cell's measured conversations as the sweep sent them (same loader, spec, order and
+    warmup split as the runner), as chat messages."""
+    from avbench.runner import select_conversations
+    from avbench.store import RunStore
+    from avbench.workloads.registry import load_workload
+    from avbench.workloads.spec import WorkloadSpec
+    from avbench.workloads.tokens import messages_for
+
+    specs = RunStore.open(run.run_dir).read_manifest()["workloads"]
+    loaded: dict[str, object] = {}
+    out = {}
+    for c in run.cells:
+        w = c["workload"]
+        if w not in loaded:
+            loaded[w] = load_workload(WorkloadSpec.model_validate(specs[w]), run.target)
+        _, measured = select_conversations(loaded[w].conversations, c["warmup"], c["num_requests"])
+        for conv in measured:
+            if len(conv.turns) != 1 or conv.max_tokens is not None:
+                raise LiveCheckError(
+                    f"workload {w}: conversation {conv.id} has several turns or its own "
+                    "output cap; only single-turn workloads at the sweep's max_tokens are traced"
+                )
+        out[c["cell_id"]] = [messages_for(conv.turns, conv.system) for conv in measured]
+    return out
+
+
+def live_captured(run: LiveRun) -> np.ndarray | None:
+    """Per-position acceptance from the run's captured drafts of these cells (None: none)."""
+    from avbench.capture import drafts_path
+    from avbench.estimator.drafts import read_drafts
+
+    paths = [drafts_path(run.run_dir, c["cell_id"]) for c in run.cells]
+    frames = [read_drafts(p) for p in paths if p.is_file()]
+    if not frames:
+        return None
+    return captured_acceptance(pd.concat(frames, ignore_index=True), run.k)
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    run: LiveRun
+    positions: list[PositionCheck]
+    captured_present: bool
+    trace_rows: int
+    trace_seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return all(p.passed for p in self.positions)
+
+
+def check_live_run(
+    run_dir: Path,
+    out_dir: Path,
+    passes: int = 1,
+    tolerance: float | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    progress: Callable[[str], None] | None = None,
+) -> LiveCheck:
+    """Trace the run's pair on its cells' prompts (``passes`` times each) with its sampling and
+    K, vLLM's drafter semantics, and compare per position."""
+    import time
+
+    from avbench.estimator.drafts import write_drafts
+    from avbench.estimator.trace import (
+        TraceConfig,
+        encode_prompts,
+        load_model,
+        load_tokenizer,
+        trace_pair,
+    )
+
+    if passes < 1:
+        raise LiveCheckError(f"--passes: expected an integer >= 1, got {passes}")
+    if tolerance is not None and not tolerance > 0:
+        raise LiveCheckError(f"--tolerance: expected a positive number, got {tolerance}")
+    t0 = time.monotonic()
+    run = load_live_run(run_dir)
+    cfg = TraceConfig(
+        num_draft=run.k,
+        temperature=run.temperature,
+        top_p=run.top_p,
+        max_new_tokens=run.max_tokens,
+        # vLLM takes the whole prompt; the workloads' input caps keep it inside the model.
+        max_prompt_tokens=1 << 30,
+        seed=seed,
+        device=device,
+    )
+    tok = load_tokenizer(run.target)
+    target = load_model(run.target, device)
+    drafter = load_model(run.drafter, device)
+    eos = tok.eos_token_id
+    eos_ids = [] if run.ignore_eos else ([eos] if isinstance(eos, int) else list(eos or []))
+    frames = []
+    for n, (cell_id, messages) in enumerate(cell_messages(run).items()):
+        ids = {"run_id": f"trace-of-{run_dir.name}", "pair_id": run.pair_id, "workload_id": cell_id}
+        prompts = encode_prompts(tok, messages) * passes
+        # Cells often repeat the same prompts: one seed each keeps their traces independent.
+        cell_cfg = replace(cfg, seed=seed + n)
+        frames.append(trace_pair(target, drafter, prompts, cell_cfg, ids, eos_ids, progress))
+        if progress:
+            progress(f"{cell_id}: traced {len(prompts)} prompts")
+    df = pd.concat(frames, ignore_index=True)
+    write_drafts(df, out_dir / f"trace-of-{run_dir.name}.drafts.parquet")
+    trace = trace_acceptance(df["position"], df["label"], df["expected_accept"], run.k)
+    captured = live_captured(run)
+    positions = compare(run.drafts, run.accepted, trace, tolerance, captured)
+    return LiveCheck(run, positions, captured is not None, len(df), time.monotonic() - t0)
+
+
+def render_live_check(res: LiveCheck) -> str:
+    r = res.run
+    lines = [
+        f"Live {r.run_dir.name} ({len(r.cells)} static-k{r.k} cells, T = {r.temperature}, "
+        f"top-p {r.top_p}, max_tokens {r.max_tokens}; server patched: "
+        f"{', '.join(p or 'no' for p in r.patched)}) vs an offline trace of the same prompts "
+        f"({res.trace_rows} labeled drafts, {res.trace_seconds:.0f}s).",
+        "Acceptance per draft position as vLLM counts it: accepted at position i / drafts "
+        "(unconditional on earlier positions).",
+        "",
+        "| position | live drafts | live | live captured | offline drafts | offline sampled "
+        "| offline sum min(p,q) | live - offline | tolerance | trace self-check (z) | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in res.positions:
+        cap = "-" if p.captured is None else f"{p.captured:.4f}"
+        verdict = "pass" if p.passed else ("FAIL" if not p.live_ok else "FAIL (self-check)")
+        lines.append(
+            f"| {p.position} | {p.live_drafts} | {p.live:.4f} | {cap} | {p.offline_steps} | "
+            f"{p.offline_sampled:.4f} | {p.offline_expected:.4f} | {p.diff:+.4f} | "
+            f"{p.tolerance:.4f} | {p.self_z:+.2f} | {verdict} |"
+        )
+    lines += [
+        "",
+        f"- self-check: the trace's sampled acceptance within {SELF_CHECK_SE:g} standard errors "
+        "of its own sum min(p, q).",
+        "- result: " + ("PASS" if res.passed else "FAIL") + " at every position.",
+    ]
+    return "\n".join(lines)
