@@ -73,6 +73,7 @@ def attach_sweep(url, results, run_id, workload, concurrencies, requests, key):
         "sweep", "--pair", "tiny-cpu", "--endpoint", url, "--arm", "static-k3",
         "--workloads", workload, "--concurrencies", concurrencies, "--warmup", "0",
         "--requests", str(requests), "--results", str(results), "--run-id", run_id,
+        "--temperature", "0",  # greedy: the pair's default sweep samples at temperature 1
         env={"OPENAI_API_KEY": key},
     )  # fmt: skip
 
@@ -145,7 +146,7 @@ def test_self_drafting_accepts_everything_greedy_and_temp1_is_reported(tmp_path)
             "--results",
             str(tmp_path),
         ]
-        run_avbench("sweep", *common, "--run-id", "greedy")
+        run_avbench("sweep", *common, "--run-id", "greedy", "--temperature", "0")
         run_avbench(
             "sweep", *common, "--run-id", "temp1", "--temperature", "1.0", "--top-p", "0.95"
         )
