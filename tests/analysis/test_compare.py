@@ -214,7 +214,7 @@ def test_a_snapshot_folder_counts_by_repository_and_revision_not_cache_location(
 
     a, b = "ab12" * 10, "cd34" * 10
     assert server_signature(spec("/opt/hf-cache/hub", a)) == server_signature(
-        spec("/root/.cache/huggingface/hub", a)
+        spec("/home/user/.cache/huggingface/hub", a)
     )
     assert server_signature(spec("/opt/hf-cache/hub", a)) != server_signature(
         spec("/opt/hf-cache/hub", b)
