@@ -52,6 +52,8 @@ test-fast: setup vllm-src
 
 lint: setup
 	$(BIN)/ruff check avbench tests bench scripts
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 reproduce-tables: setup
 	@# RUN=<dir> (one or more run dirs / *.drafts.parquet): tables from stored drafts. Without RUN:
