@@ -1,10 +1,11 @@
 """Validate `avbench predict` on the tiny CPU pair: predictions from two arms vs every arm measured.
 
-    python bench/predict_validation.py [--run results/predict-val]
+    python bench/predict_validation.py [--run results/predict-val] [--sweep predict-cpu-t1]
 
-Measures (or resumes) the `predict-cpu` sweep: baseline, static K 1, 2, 3 and one K schedule,
+Measures (or resumes) a predict sweep: baseline, static K 1, 2, 3 and one K schedule,
 concurrencies 1, 2, 4, two workloads, two interleaved repeats, step timings and drafts
-captured, greedy (the CPU build's sampler is wrong at temperature > 0, see README). Then
+captured; `predict-cpu-t1` (the default) at the study's sampling (temperature 1, top-p 0.95,
+probabilistic drafting, with the CPU sampler fix), `predict-cpu` greedy. Then
 predicts static-k1, static-k2 and the sweep's schedule from the baseline and static-k3 alone
 and prints, per cell group, the predicted and measured tok/s/GPU, median TPOT and acceptance
 length with the error, the measured repeat spread and whether the error is within
@@ -24,11 +25,11 @@ from avbench.predict.run import PredictRequest, predict_run
 from avbench.report.tables import prediction_table
 
 
-def _measure(run: Path) -> None:
+def _measure(run: Path, sweep: str) -> None:
     avbench = [sys.executable, "-m", "avbench.cli", "sweep"]
     manifest = run / "manifest.json"
     if not manifest.exists():
-        cmd = avbench + ["--pair", "tiny-cpu", "--sweep", "predict-cpu", "--k", "1,2,3",
+        cmd = avbench + ["--pair", "tiny-cpu", "--sweep", sweep, "--k", "1,2,3",
                          "--results", str(run.parent), "--run-id", run.name, "--no-report"]  # fmt: skip
     elif json.loads(manifest.read_text()).get("status") != "finished":
         cmd = avbench + ["--resume", str(run), "--no-report"]
@@ -43,10 +44,11 @@ def _measure(run: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=Path("results/predict-val"))
+    ap.add_argument("--sweep", default="predict-cpu-t1", help="predict-cpu-t1 or predict-cpu")
     ap.add_argument("--no-measure", action="store_true", help="predict from the run as it is")
     args = ap.parse_args()
     if not args.no_measure:
-        _measure(args.run)
+        _measure(args.run, args.sweep)
     schedule = json.loads((args.run / "manifest.json").read_text())["sweep"]["schedule"]
     res = predict_run(
         PredictRequest(args.run, ("static-k1", "static-k2", "dyn"), "static-k3", schedule)
