@@ -1,0 +1,146 @@
+"""Which per-concurrency verdicts are decided, and which cells would decide the others.
+
+An adaptive sweep measures the baseline and the max-K arm, predicts the other static arms from
+the max-K arm's captures (avbench predict), and then measures only what a verdict hinges on.
+Here, per concurrency of one view (all workloads pooled, as the recommendation decides):
+
+- every option (the baseline, each static K, AV) gets an interval, its throughput times
+  1 ± a relative half-width: a prediction's is ``Uncertainty.predicted`` (the predictor's
+  validated error: its bootstrap interval covers only the replay's sampling, not the model's
+  error); a measured option's is the larger of its repeat spread and ``Uncertainty.single``
+  (the noise of one cell, which a single repeat cannot show);
+- the winner is the option with the highest throughput (ties to the smaller K, as recommend
+  decides);
+- the verdict is decided when no other option's interval reaches the winner's;
+- otherwise the contenders (the winner and every option whose interval reaches it) decide it:
+  the predicted ones are measured first; once all are measured, each gets one more repeat, up to
+  ``max_repeats``; past that the verdict stays "inside noise" (the margin is smaller than what
+  the sweep can resolve).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+OPTION_KINDS = ("baseline", "static", "av")
+
+State = Literal["decided", "measure", "repeat", "inside noise"]
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """Relative half-widths of the options' intervals (see the module docstring)."""
+
+    predicted: float = 0.10
+    single: float = 0.05
+
+    def of(self, option: Option) -> float:
+        if option.predicted:
+            return self.predicted
+        spread = option.spread if option.repeats >= 2 and option.spread is not None else 0.0
+        return max(spread, self.single)
+
+
+@dataclass(frozen=True)
+class Option:
+    arm: str
+    kind: str
+    k: int
+    tput: float
+    predicted: bool
+    repeats: int  # measured repeats (0 when predicted)
+    spread: float | None  # (max - min) / mean over the repeats
+
+    @property
+    def verdict(self) -> str:
+        """The deployable answer this option stands for."""
+        if self.kind == "baseline":
+            return "no speculation"
+        return "AV" if self.kind == "av" else f"static K={self.k}"
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A cell an adaptive round should measure (every workload of the sweep at this load)."""
+
+    arm: str
+    concurrency: int
+    repeat: int
+
+
+@dataclass(frozen=True)
+class Standing:
+    concurrency: int
+    winner: Option
+    contenders: tuple[Option, ...]  # options other than the winner whose interval reaches it
+    state: State
+    wanted: tuple[Wanted, ...]  # empty unless state is "measure" or "repeat"
+    margin: float | None  # winner's lead over the best other option, relative
+
+    @property
+    def verdict(self) -> str:
+        return self.winner.verdict
+
+    @property
+    def rests_on_prediction(self) -> bool:
+        return any(o.predicted for o in (self.winner, *self.contenders))
+
+
+def _options(at: pd.DataFrame) -> list[Option]:
+    rows = at[at["arm_kind"].isin(OPTION_KINDS) & at["y"].notna()]
+    out = []
+    for _, r in rows.iterrows():
+        predicted = bool(r.get("predicted", False))
+        spread = r.get("y_spread")
+        out.append(
+            Option(
+                arm=str(r["arm"]),
+                kind=str(r["arm_kind"]),
+                k=0 if r["arm_kind"] == "baseline" else int(r["k"]),
+                tput=float(r["y"]),
+                predicted=predicted,
+                repeats=0 if predicted else int(r.get("repeats") or 1),
+                spread=None if spread is None or math.isnan(spread) else float(spread),
+            )
+        )
+    return out
+
+
+def _wanted(contenders: list[Option], concurrency: int, max_repeats: int) -> tuple[State, tuple]:
+    predicted = [o for o in contenders if o.predicted]
+    if predicted:
+        return "measure", tuple(Wanted(o.arm, concurrency, 0) for o in predicted)
+    more = [o for o in contenders if o.repeats < max_repeats]
+    if more:
+        return "repeat", tuple(Wanted(o.arm, concurrency, o.repeats) for o in more)
+    return "inside noise", ()
+
+
+def standing(at: pd.DataFrame, concurrency: int, unc: Uncertainty, max_repeats: int) -> Standing:
+    """The standing of one concurrency's verdict from its points (one pooled view)."""
+    options = _options(at)
+    if not options:
+        raise ValueError(f"c={concurrency}: no baseline, static or AV point")
+    winner = min(options, key=lambda o: (-o.tput, o.k))
+    floor = winner.tput * (1 - unc.of(winner))
+    others = [o for o in options if o is not winner]
+    reach = [o for o in others if o.tput * (1 + unc.of(o)) >= floor]
+    best_other = max((o.tput for o in others), default=None)
+    margin = None if not best_other else (winner.tput - best_other) / best_other
+    if not reach:
+        return Standing(concurrency, winner, (), "decided", (), margin)
+    state, wanted = _wanted([winner, *reach], concurrency, max_repeats)
+    return Standing(concurrency, winner, tuple(reach), state, wanted, margin)
+
+
+def standings(view: pd.DataFrame, unc: Uncertainty, max_repeats: int) -> list[Standing]:
+    """Every closed-loop concurrency's standing, ascending (open-loop rates take no part)."""
+    closed = view[view["concurrency"].notna()]
+    return [
+        standing(closed[closed["concurrency"] == c], int(c), unc, max_repeats)
+        for c in sorted(closed["concurrency"].unique())
+    ]

@@ -1,0 +1,70 @@
+import pandas as pd
+import pytest
+
+from avbench.analysis.adaptive import Uncertainty, Wanted, standings
+from avbench.analysis.points import POOLED, build_points
+
+
+def _points(*groups, predicted=()):
+    rows = [r for g in groups for r in g]
+    for r in rows:
+        r["predicted"] = r["arm"] in predicted
+    p = build_points(pd.DataFrame(rows))
+    return p[p["workload"] == POOLED]
+
+
+UNC = Uncertainty(predicted=0.10, single=0.05)
+
+
+def test_a_lead_beyond_both_intervals_is_decided_without_measuring_the_prediction(cell):
+    view = _points(
+        cell("baseline", 1, 100), cell("static-k3", 1, 60), cell("static-k1", 1, 80),
+        predicted={"static-k1"},
+    )  # fmt: skip
+    (s,) = standings(view, UNC, max_repeats=2)
+    # baseline 100 ± 5% = [95, 105]; k1 80 ± 10% reaches 88 < 95: decided on a prediction.
+    assert (s.verdict, s.state, s.wanted) == ("no speculation", "decided", ())
+    assert s.margin == pytest.approx(0.25)
+
+
+def test_a_predicted_contender_is_measured_first(cell):
+    view = _points(
+        cell("baseline", 2, 100), cell("static-k3", 2, 70), cell("static-k1", 2, 90),
+        predicted={"static-k1"},
+    )  # fmt: skip
+    (s,) = standings(view, UNC, max_repeats=2)
+    # k1's upper bound 99 reaches the baseline's lower bound 95.
+    assert s.state == "measure"
+    assert [o.arm for o in s.contenders] == ["static-k1"]
+    assert s.wanted == (Wanted("static-k1", 2, 0),)
+    assert s.rests_on_prediction
+
+
+def test_measured_contenders_get_one_more_repeat_then_inside_noise(cell):
+    one = _points(cell("baseline", 4, 100), cell("static-k1", 4, 97))
+    (s,) = standings(one, UNC, max_repeats=2)
+    assert s.state == "repeat"
+    assert set(s.wanted) == {Wanted("baseline", 4, 1), Wanted("static-k1", 4, 1)}
+    two = _points(cell("baseline", 4, [100, 101]), cell("static-k1", 4, [97, 96]))
+    (s,) = standings(two, UNC, max_repeats=2)
+    assert (s.state, s.wanted, s.verdict) == ("inside noise", (), "no speculation")
+
+
+def test_the_repeat_spread_widens_a_measured_interval(cell):
+    # Two repeats 20% apart: 100 ± 20% reaches a rival 25% below the winner; 5% alone would not.
+    view = _points(cell("static-k1", 8, [111, 91]), cell("baseline", 8, [80, 80]))
+    (s,) = standings(view, UNC, max_repeats=3)
+    assert s.verdict == "static K=1"
+    assert s.state == "repeat"
+    assert {w.repeat for w in s.wanted} == {2}
+
+
+def test_each_concurrency_stands_alone_and_a_tie_goes_to_the_smaller_k(cell):
+    view = _points(
+        cell("baseline", 1, 50), cell("static-k3", 1, 100), cell("static-k1", 1, 100),
+        cell("baseline", 4, 400), cell("static-k3", 4, 100), cell("static-k1", 4, 150),
+        predicted={"static-k1"},
+    )  # fmt: skip
+    s1, s4 = standings(view, UNC, max_repeats=2)
+    assert (s1.concurrency, s1.verdict, s1.state) == (1, "static K=1", "measure")
+    assert (s4.concurrency, s4.verdict, s4.state) == (4, "no speculation", "decided")
