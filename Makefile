@@ -45,7 +45,7 @@ demo: setup
 	  $(BIN)/avbench recommend results/$(DEMO_RUN) results/$(DEMO_RUN)-temp0 && exit $$status
 
 test: setup vllm-src
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
 
 test-fast: setup vllm-src
 	$(BIN)/pytest -q -m "not integration" tests
