@@ -20,9 +20,9 @@ from pydantic import (
 )
 
 from avbench import checkpoints
-from avbench.analysis.schedule import validate_schedule
 from avbench.errors import SuiteError
 from avbench.loadgen.config import MAX_SECONDS, SamplingParams, Timeouts
+from avbench.schedule import validate_schedule
 from avbench.workloads.spec import WorkloadSpec
 
 # Prefix in pair files that resolves to the package's embedded assets (the tiny pair).
