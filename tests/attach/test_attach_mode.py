@@ -94,7 +94,7 @@ def test_pair_naming_an_unserved_model_fails_before_any_request(tmp_path):
     with serve_in_thread(ServerConfig(model="served-x")) as srv:
         res = avbench(
             "sweep", "--endpoint", srv.base_url, "--pair", "tiny-cpu", "--suites",
-            str(repo / "suites"), "--arm", "baseline", *SYNTHETIC, "--results",
+            str(repo / "avbench" / "suites"), "--arm", "baseline", *SYNTHETIC, "--results",
             str(tmp_path / "r"), cwd=tmp_path,
         )  # fmt: skip
         stats = srv.stats()

@@ -588,7 +588,7 @@ def _prepare(case: Bad, tmp: Path, servers: dict, good: Path | None) -> list[str
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     if case.suite or case.raw_suite:
-        shutil.copytree(REPO / "suites", tmp / "suites")
+        shutil.copytree(REPO / "avbench" / "suites", tmp / "suites")
         if case.raw_suite:
             (tmp / "suites" / case.raw_suite[0]).write_bytes(case.raw_suite[1])
         else:
