@@ -21,12 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from avbench.estimator.drafts import (
-    CAPTURE_SCHEMA,
+from avbench.capture_protocol import (
+    CAPTURE_SUFFIX,
+    FLUSH_REQUEST,
     LABEL_ACCEPTED,
     LABEL_AFTER_REJECTION,
     LABEL_REJECTED,
     LABEL_TRIMMED,
+    capture_schema,
 )
 from avbench.vllm_plugin.runtime import Health, log, write_status
 
@@ -93,7 +95,7 @@ class _Row:
 
 @dataclass
 class Labeler:
-    """Pure bookkeeping: proposals in, labeled rows out (columns of CAPTURE_SCHEMA)."""
+    """Pure bookkeeping: proposals in, labeled rows out (columns of the capture schema)."""
 
     pid: int
     dp_rank: int
@@ -174,8 +176,6 @@ _COLUMNS = (
     "q_sampled", "entropy", "estimator_pred", "head_score", "temperature", "time",
 )  # fmt: skip
 
-
-FLUSH_REQUEST = "flush-request"  # written by the sweep at the end of each cell
 
 
 class ShardWriter:
@@ -308,9 +308,10 @@ class ShardWriter:
             "pid": [self.labeler.pid] * n,
             "dp_rank": [self.labeler.dp_rank] * n,
         }
-        table = pa.table({f.name: cols[f.name] for f in CAPTURE_SCHEMA}, schema=CAPTURE_SCHEMA)
+        schema = capture_schema()
+        table = pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
         self._seq += 1
-        name = f"drafts-{self.labeler.pid}-{self._token}-{self._seq:06d}.capture.parquet"
+        name = f"drafts-{self.labeler.pid}-{self._token}-{self._seq:06d}{CAPTURE_SUFFIX}"
         tmp = self.dir / f".{name}.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, self.dir / name)

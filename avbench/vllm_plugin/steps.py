@@ -38,8 +38,6 @@ from pathlib import Path
 from avbench.vllm_plugin.ids import client_request_id
 from avbench.vllm_plugin.runtime import Health, guarded, when_imported, wrap_method
 
-STEPS_GLOB = "steps.*.jsonl"
-FLUSHED_GLOB = "steps.*.flushed"
 TIMING_WALL, TIMING_CUDA = "host-wall", "cuda-events"
 _V1_RUNNER = "vllm.v1.worker.gpu_model_runner"
 _V1_PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
