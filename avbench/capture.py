@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -192,9 +193,9 @@ def refit_summary(refits: pd.DataFrame, since: float, t0: float, t1: float, k: i
     r = r[r["time"] >= since] if not r.empty else r
     before = r[r["time"] < t0] if not r.empty else r
     during = r[(r["time"] >= t0) & (r["time"] <= t1)] if not r.empty else r
-    cold = {"slope": COLD_SLOPE, "intercepts": [COLD_INTERCEPT] * k}
-    start = before.iloc[-1].to_dict() if len(before) else cold
-    end = during.iloc[-1].to_dict() if len(during) else start
+    cold: dict[str, Any] = {"slope": COLD_SLOPE, "intercepts": [COLD_INTERCEPT] * k}
+    start: dict[str, Any] = before.iloc[-1].to_dict() if len(before) else cold
+    end: dict[str, Any] = during.iloc[-1].to_dict() if len(during) else start
     pid = end.get("pid")
     return {
         "refits": len(during),

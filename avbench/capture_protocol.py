@@ -100,6 +100,7 @@ REFIT_COLUMNS = (
     "capture_errors",
 )
 
+
 class CaptureFileError(ValueError):
     """A capture file holds a line that is not what the file holds."""
 

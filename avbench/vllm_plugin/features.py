@@ -47,8 +47,11 @@ def logit_qmax(
     CPU tensors use the numpy transcription unless ``kernels`` (vLLM's estimator module) is
     given; device tensors always use vLLM's kernels."""
     if logits.device.type == "cpu" and kernels is None:
-        t = 0.0 if temperature is None else _per_request(temperature.float(), logits[..., 0])
-        t = t if isinstance(t, float) else t.numpy()
+        t = (
+            0.0
+            if temperature is None
+            else _per_request(temperature.float(), logits[..., 0]).numpy()
+        )
         return torch.from_numpy(vllm_logit_qmax(logits.float().numpy(), t))
     if kernels is None:
         import importlib

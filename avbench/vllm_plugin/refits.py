@@ -235,7 +235,7 @@ def install_refit_capture(capture_dir: Path) -> bool:
         )
         return False
     global _capture
-    step = getattr(cls, "step", None)
+    step: Any = getattr(cls, "step", None)
     if getattr(step, _WRAPPED, False):
         return True
     try:

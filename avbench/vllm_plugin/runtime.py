@@ -104,7 +104,7 @@ def wrap_method(
     if orig is None or not callable(orig):
         health.mismatch(f"{cls.__module__}.{cls.__qualname__}.{name} not found")
         return False
-    hooks = getattr(orig, HOOKS_ATTR, frozenset())
+    hooks: frozenset[str] = getattr(orig, HOOKS_ATTR, frozenset())
     if hook in hooks:
         return True  # already wrapped by this hook (plugins may be loaded twice in one process)
     wrapper = functools.wraps(orig)(make(orig))

@@ -116,6 +116,7 @@ class Labeler:
 
     def verdict(self, v: Verdict, out: dict[str, list]) -> int:
         acc = v.accepted.get()["accepted"] if isinstance(v.accepted, HostCopy) else v.accepted
+        assert acc is not None  # the host copy of a tensor
         adm = v.admitted.get()["admitted"] if isinstance(v.admitted, HostCopy) else v.admitted
         n_rows = 0
         for i, eid in enumerate(v.engine_ids):
@@ -175,7 +176,6 @@ _COLUMNS = (
     "request_id", "engine_request_id", "step", "position", "label", "q_max", "logit_q_max",
     "q_sampled", "entropy", "estimator_pred", "head_score", "temperature", "time",
 )  # fmt: skip
-
 
 
 class ShardWriter:

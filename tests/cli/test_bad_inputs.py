@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import avbench.cli
-from avbench.testing.stream_server import ServerConfig, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 BIG = "100000000000000000000"  # 1e20 as an integer
