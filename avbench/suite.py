@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -20,9 +21,9 @@ from pydantic import (
 )
 
 from avbench import checkpoints
-from avbench.analysis.schedule import validate_schedule
 from avbench.errors import SuiteError
 from avbench.loadgen.config import MAX_SECONDS, SamplingParams, Timeouts
+from avbench.schedule import validate_schedule
 from avbench.workloads.spec import WorkloadSpec
 
 # Prefix in pair files that resolves to the package's embedded assets (the tiny pair).
@@ -290,14 +291,16 @@ def _lookup(table: dict, name: str, kind: str, path: Path):
 
 
 def default_suites_dir() -> Path:
-    """$AVBENCH_SUITES, else ./suites, else the suites/ beside the package (editable install)."""
+    """Where suite files are read from without ``--suites``: ``$AVBENCH_SUITES``, else
+    ``./suites`` when it holds a pairs.toml, else the suites shipped inside the package."""
     env = os.environ.get("AVBENCH_SUITES")
     if env:
         return Path(env)
     cwd = Path.cwd() / "suites"
     if (cwd / "pairs.toml").exists():
         return cwd
-    return Path(__file__).resolve().parent.parent / "suites"
+    # A wheel installs avbench as plain files, so the package's resources are a directory.
+    return Path(str(resources.files("avbench") / "suites"))
 
 
 def _read_toml(path: Path) -> dict:

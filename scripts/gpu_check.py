@@ -313,8 +313,9 @@ def _time_budget(fn, dev) -> float:
 
 def section_capture(args) -> dict:
     """The V2 drafts capture and the refit capture under vLLM's sync checker, then their cost."""
+    from avbench.capture_protocol import refit_lines
     from avbench.testing.vllm_kernels import load_estimator_module, load_sync_checker
-    from avbench.vllm_plugin.refits import flush_refits, install_refit_capture, refit_lines
+    from avbench.vllm_plugin.refits import flush_refits, install_refit_capture
 
     est_mod = load_estimator_module(args.vllm_src)
     checker = load_sync_checker(args.vllm_src, "error")

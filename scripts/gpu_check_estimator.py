@@ -138,9 +138,10 @@ def run_load(mod, args: argparse.Namespace, device) -> dict:
 def check(args: argparse.Namespace) -> list[str]:
     import torch
 
+    from avbench.capture_protocol import refit_lines
     from avbench.estimator.online import EstimatorConfig, replay
     from avbench.testing.vllm_kernels import load_estimator_module
-    from avbench.vllm_plugin.refits import flush_refits, install_refit_capture, refit_lines
+    from avbench.vllm_plugin.refits import flush_refits, install_refit_capture
 
     device = torch.device("cpu" if args.cpu else "cuda")
     mod = load_estimator_module(args.vllm_src)

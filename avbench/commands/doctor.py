@@ -23,7 +23,7 @@ def doctor(
     ] = None,
     suites: Annotated[
         Path | None,
-        typer.Option("--suites", help="Suite directory (default: ./suites or $AVBENCH_SUITES)"),
+        typer.Option("--suites", help="Suite directory (default: $AVBENCH_SUITES, else ./suites, else the suites shipped with avbench)"),
     ] = None,
     results: Annotated[
         Path, typer.Option("--results", help="Results directory (its free disk is checked)")

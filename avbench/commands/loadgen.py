@@ -27,7 +27,7 @@ def serve_fake(
     from avbench.errors import AvbenchError
     from avbench.inputs import check_port
     from avbench.server import port_holder
-    from avbench.testing.stream_server import ServerConfig, main
+    from avbench.stream_server import ServerConfig, main
 
     if port != 0:
         check_port(port)

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 def _schedule(text: str | None):
     if text is None or text == "recommend":
         return "recommend"
-    from avbench.analysis.schedule import validate_schedule
+    from avbench.schedule import validate_schedule
 
     try:
         return validate_schedule(json.loads(text))

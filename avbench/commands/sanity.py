@@ -28,7 +28,7 @@ def sanity(
     ] = None,
     suites: Annotated[
         Path | None,
-        typer.Option("--suites", help="Suite directory (default: ./suites or $AVBENCH_SUITES)"),
+        typer.Option("--suites", help="Suite directory (default: $AVBENCH_SUITES, else ./suites, else the suites shipped with avbench)"),
     ] = None,
     vllm_python: Annotated[
         str | None, typer.Option(help="Python interpreter that has vLLM (default: this one)")

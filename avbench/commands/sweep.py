@@ -16,7 +16,7 @@ from avbench.errors import AvbenchError
 RATES_HELP = "Open loop instead: requests per second, e.g. 2,8 (like vllm bench --request-rate)"
 SuitesOpt = Annotated[
     Path | None,
-    typer.Option("--suites", help="Suite directory (default: ./suites or $AVBENCH_SUITES)"),
+    typer.Option("--suites", help="Suite directory (default: $AVBENCH_SUITES, else ./suites, else the suites shipped with avbench)"),
 ]
 
 

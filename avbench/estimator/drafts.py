@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from avbench.capture_protocol import DRAFT_COLUMNS, arrow_fields
 from avbench.errors import AvbenchError
 
 
@@ -26,27 +27,12 @@ class DraftsError(AvbenchError):
 DRAFTS_SUFFIX = ".drafts.parquet"
 ESTIMATOR_SUFFIX = ".estimator.parquet"
 
+_STREAM_KEYS = ("run_id", "pair_id", "workload_id")
+# A live capture's draft columns (avbench.capture_protocol) under the stream ids, then:
 DRAFT_SCHEMA = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("pair_id", pa.string(), nullable=False),
-        pa.field("workload_id", pa.string(), nullable=False),
-        pa.field("request_id", pa.string(), nullable=False),
-        # Engine decode step; every draft verified in the same batch step shares it.
-        pa.field("step", pa.int64(), nullable=False),
-        pa.field("position", pa.int16(), nullable=False),
-        pa.field("label", pa.int8(), nullable=False),
-        # Drafter distribution after temperature scaling (before top-p), docs/adaptive-verification.md.
-        pa.field("q_max", pa.float64(), nullable=False),
-        # f = logit(q_max) computed stably from the logits and clamped to ±40; null = derive
-        # from q_max (less precise when q_max rounds to 1).
-        pa.field("logit_q_max", pa.float64(), nullable=True),
-        # Probability of the drafted token under the distribution it was sampled from.
-        pa.field("q_sampled", pa.float64(), nullable=False),
-        pa.field("entropy", pa.float64(), nullable=False),  # nats, same distribution as q_max
-        pa.field("estimator_pred", pa.float64(), nullable=True),
-        pa.field("head_score", pa.float64(), nullable=True),
-        pa.field("temperature", pa.float64(), nullable=False),
+    [pa.field(k, pa.string(), nullable=False) for k in _STREAM_KEYS]
+    + arrow_fields(DRAFT_COLUMNS)
+    + [
         # Exact probability that this draft is accepted, sum_x min(p(x), q(x)) over the target's
         # p and the drafter's q at this position: known offline (`avbench trace`), null in live
         # captures (vLLM does not compute it) and in files written before the column existed.
@@ -74,27 +60,7 @@ ESTIMATOR_SCHEMA = pa.schema(
     ]
 )
 
-_STREAM_KEYS = ("run_id", "pair_id", "workload_id")
 _KEYS = (*_STREAM_KEYS, "request_id", "step")
-
-# Live capture (avbench.vllm_plugin): every drafted token the target verified or AV trimmed, one
-# shard per server process and flush. Same columns as DRAFT_SCHEMA, minus the stream ids (a server
-# does not know the cell) plus where each row came from; labels 1 and 0 as above, and:
-LABEL_ACCEPTED, LABEL_REJECTED = 1, 0
-LABEL_AFTER_REJECTION = -1  # verified after the first rejection of its step (no label)
-LABEL_TRIMMED = -2  # scheduled but trimmed by AV before verification (no label)
-CAPTURE_SUFFIX = ".capture.parquet"
-CAPTURE_SCHEMA = pa.schema(
-    [f for f in DRAFT_SCHEMA if f.name not in (*_STREAM_KEYS, *_LATER_COLUMNS)]
-    + [
-        # The id inside the engine (the client's id plus vLLM's suffixes); request_id is the
-        # id the client sees in the response.
-        pa.field("engine_request_id", pa.string(), nullable=False),
-        pa.field("pid", pa.int32(), nullable=False),
-        pa.field("dp_rank", pa.int16(), nullable=False),
-        pa.field("time", pa.float64(), nullable=False),  # unix seconds when the verdict was read
-    ]
-)
 
 
 def _fail(source: str, field: str, what: str) -> DraftsError:

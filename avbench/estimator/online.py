@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-F_CLAMP = 40.0
+from avbench.vllm_feature import F_CLAMP
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray:

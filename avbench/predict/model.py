@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from avbench.analysis.schedule import Schedule, k_at
 from avbench.estimator.online import EstimatorConfig, OnlineEstimator
 from avbench.predict.curves import CostTables
 from avbench.predict.vllm_av import BudgetInputs, budget_rule
+from avbench.schedule import Schedule, k_at
 
 _BOOTSTRAP = 200
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from avbench.analysis.schedule import Schedule, max_k
 from avbench.errors import AvbenchError
 from avbench.plan import Arm, Cell
 from avbench.predict.curves import CostTables, fit_cost_tables
@@ -32,6 +31,7 @@ from avbench.predict.model import AvState, Policy, Prediction, predict_cell
 from avbench.predict.source import MissingCapture, SourceCell, arm_rows, curve_steps, source_cell
 from avbench.predict.validate import compare
 from avbench.predict.vllm_av import DecisionCode, decision_code
+from avbench.schedule import Schedule, max_k
 from avbench.store import RunStore, _atomic_write
 
 PREDICTED_FILE = "predicted.jsonl"

@@ -8,10 +8,10 @@ import pandas as pd
 
 from avbench.analysis.points import POOLED, build_points
 from avbench.analysis.recommend import Recommendation, recommend
-from avbench.analysis.schedule import max_k
 from avbench.errors import AvbenchError
 from avbench.plan import Arm
 from avbench.report.runs import RunSet
+from avbench.schedule import max_k
 from avbench.server import speculative_config
 from avbench.suite import Pair, Sweep
 

@@ -29,7 +29,6 @@ from avbench.analysis.points import (
     per_verified,
     views,
 )
-from avbench.analysis.schedule import check_dyn
 from avbench.errors import StoreFull
 from avbench.report import figures as figs
 from avbench.report import tables
@@ -37,6 +36,7 @@ from avbench.report.answer import answers
 from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
+from avbench.schedule import check_dyn
 from avbench.server_log import ENGINE_COLUMNS, engine_differences
 from avbench.store import write_together
 

@@ -106,10 +106,10 @@ def _stand_in_root(source_dir: Path | None) -> Path:
         if parent:
             setattr(sys.modules[parent], child, mod)
     utils = types.ModuleType("vllm.triton_utils")
-    utils.HAS_TRITON = True
-    utils.triton, utils.tl, utils.tldevice = triton, tl, tldevice
+    # Stand-in modules get their attributes through __dict__ (ModuleType declares none).
+    vars(utils).update(HAS_TRITON=True, triton=triton, tl=tl, tldevice=tldevice)
     sys.modules["vllm.triton_utils"] = utils
-    sys.modules["vllm"].triton_utils = utils
+    vars(sys.modules["vllm"])["triton_utils"] = utils
     return tree
 
 
@@ -144,10 +144,10 @@ def load_sync_checker(source_dir: Path | None, mode: str = "error") -> types.Mod
 
     tree = _stand_in_root(source_dir)
     envs = types.ModuleType("vllm.envs")
-    envs.VLLM_GPU_SYNC_CHECK = mode
+    vars(envs)["VLLM_GPU_SYNC_CHECK"] = mode
     platforms = types.ModuleType("vllm.platforms")
     cuda = torch.cuda.is_available()
-    platforms.current_platform = types.SimpleNamespace(is_cuda_alike=lambda: cuda)
+    vars(platforms)["current_platform"] = types.SimpleNamespace(is_cuda_alike=lambda: cuda)
     for mod in (envs, platforms):
         sys.modules[mod.__name__] = mod
         setattr(sys.modules["vllm"], mod.__name__.rpartition(".")[2], mod)
@@ -164,7 +164,9 @@ def load_av_budget(source_dir: Path) -> Callable:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError) as exc:
         raise KernelSourceError(f"{path}: cannot read it ({exc})") from None
-    fn = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == AV_BUDGET_FUNCTION]
+    fn: list[ast.stmt] = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == AV_BUDGET_FUNCTION
+    ]
     if not fn:
         raise KernelSourceError(f"{path}: no function {AV_BUDGET_FUNCTION}")
     namespace: dict = {"torch": torch}

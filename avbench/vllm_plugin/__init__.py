@@ -14,10 +14,11 @@ independent parts, each off unless its variable is set:
 - ``AVBENCH_CAPTURE_DRAFT_FRACTION``: share of requests whose drafts are captured (default 1),
   chosen by a hash of the request id the client sees, so the choice is the same everywhere.
 
-Drafts land as ``drafts-<pid>-<n>.capture.parquet`` shards (schema ``CAPTURE_SCHEMA`` in
-``avbench.estimator.drafts``), refits as lines of ``refits.jsonl``, step timings as lines of ``steps.<pid>.jsonl``
-(``avbench.vllm_plugin.steps``), and each process's health
-(hooks installed, errors caught, reasons for staying inert) in ``status-<pid>.json``.
+Drafts land as ``drafts-<pid>-<n>.capture.parquet`` shards, refits as lines of
+``refits.<pid>.jsonl``, step timings as lines of ``steps.<pid>.jsonl``
+(``avbench.vllm_plugin.steps``), and each process's health (hooks installed, errors caught,
+reasons for staying inert) in ``status-<pid>.json``: the names, variables and columns are the
+capture protocol's (``avbench.capture_protocol``), shared with the sweep that reads them.
 """
 
 from __future__ import annotations
@@ -26,11 +27,7 @@ import atexit
 import os
 from pathlib import Path
 
-ENV_DIR = "AVBENCH_CAPTURE_DIR"
-ENV_WHAT = "AVBENCH_CAPTURE"
-ENV_FRACTION = "AVBENCH_CAPTURE_DRAFT_FRACTION"
-ENV_CPU_FIX = "AVBENCH_CPU_EXPAND_FIX"
-CAPTURES = ("drafts", "refits", "steps")
+from avbench.capture_protocol import CAPTURE_KINDS, ENV_CPU_FIX, ENV_DIR, ENV_FRACTION, ENV_WHAT
 
 _installed: dict[str, object] = {}
 _cpu_fix_checked: list[bool] = []
@@ -54,15 +51,6 @@ def register() -> None:
         health.error("register", exc)
         log.warning("avbench capture: not installed: %r", exc)
     atexit.register(_final_status, Path(capture_dir), health)
-
-
-def plugin_env(env: dict[str, str]) -> dict[str, str]:
-    """What to add to a server's ``env`` so vLLM loads this plugin: nothing, unless
-    ``VLLM_PLUGINS`` selects plugins explicitly and leaves it out."""
-    plugins = env.get("VLLM_PLUGINS")
-    if plugins is None or "avbench" in plugins.split(","):
-        return {}
-    return {"VLLM_PLUGINS": f"{plugins},avbench" if plugins else "avbench"}
 
 
 def _fix_cpu_expand() -> None:
@@ -99,8 +87,8 @@ def _final_status(capture_dir: Path, health) -> None:
 def _install(capture_dir: Path, health) -> None:
     from avbench.vllm_plugin.runtime import log
 
-    what = {w.strip() for w in os.environ.get(ENV_WHAT, ",".join(CAPTURES)).split(",") if w}
-    unknown = what - set(CAPTURES)
+    what = {w.strip() for w in os.environ.get(ENV_WHAT, ",".join(CAPTURE_KINDS)).split(",") if w}
+    unknown = what - set(CAPTURE_KINDS)
     if unknown:
         log.warning("avbench capture: %s=%s: unknown %s", ENV_WHAT, ",".join(what), unknown)
     if "drafts" in what:

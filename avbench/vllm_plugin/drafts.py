@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from avbench.vllm_plugin.ids import client_request_id, is_sampled
 from avbench.vllm_plugin.runtime import Health
+
+if TYPE_CHECKING:
+    from avbench.vllm_plugin.sink import ShardWriter
 
 
 class DraftCapture:
@@ -21,13 +25,14 @@ class DraftCapture:
         self.step = 0  # engine steps that scheduled work, counted in this worker
         self.step_spec: dict = {}  # request -> drafts scheduled for verification this step
         self.current = None  # the V1 proposal being drafted
-        self.v2_verdict = None  # (num_sampled, num_rejected) of this step, Model Runner V2
+        # (num_sampled, num_rejected) of this step, Model Runner V2
+        self.v2_verdict: tuple[Any, Any] | None = None
         # Model Runner V2: vLLM's estimator module that computes our logit(q_max) (None: its
         # kernels on a GPU, the numpy transcription on CPU), and whether they were compiled.
         self.kernels = None
         self.primed = False
         self._ids: dict[str, str | None] = {}  # engine id -> client id if sampled, else None
-        self._writer = None
+        self._writer: ShardWriter | None = None
         self._rank: tuple[bool, int] | None = None
 
     def disable(self, why: str) -> None:
@@ -53,6 +58,10 @@ class DraftCapture:
                 pass
             self._rank = (first, dp)
         return self._rank[0]
+
+    def sampled_ids(self, engine_ids: list[str]) -> list[str]:
+        """The client ids of requests chosen for capture (each one's ``client_id`` is set)."""
+        return [cid for e in engine_ids if (cid := self.client_id(e)) is not None]
 
     def client_id(self, engine_id: str) -> str | None:
         """The client's id when this request is sampled, else None (cached per request)."""

@@ -3,7 +3,7 @@
 logit(q_max) is vLLM's float32 feature (per 4096-logit block max and sum of exponentials,
 f = -log(max(total - 1, 0)) clamped to ±40, so above f ≈ 16 it is the clamp 40): on a GPU
 vLLM's own Triton kernels compute it on the device; on CPU (where the CPU build has no Triton)
-it is avbench's transcription of those kernels, ``estimator.features.vllm_logit_qmax``, which
+it is avbench's transcription of those kernels, ``avbench.vllm_feature.vllm_logit_qmax``, which
 Triton's interpreter reproduces bit for bit. One definition, no third copy.
 q is the drafter's distribution after temperature scaling; temperature <= 0 (greedy) leaves the
 logits unscaled, as the kernel does.
@@ -19,6 +19,7 @@ from types import ModuleType
 
 import torch
 
+from avbench.vllm_feature import vllm_logit_qmax
 from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE
 
 
@@ -46,10 +47,11 @@ def logit_qmax(
     CPU tensors use the numpy transcription unless ``kernels`` (vLLM's estimator module) is
     given; device tensors always use vLLM's kernels."""
     if logits.device.type == "cpu" and kernels is None:
-        from avbench.estimator.features import vllm_logit_qmax
-
-        t = 0.0 if temperature is None else _per_request(temperature.float(), logits[..., 0])
-        t = t if isinstance(t, float) else t.numpy()
+        t = (
+            0.0
+            if temperature is None
+            else _per_request(temperature.float(), logits[..., 0]).numpy()
+        )
         return torch.from_numpy(vllm_logit_qmax(logits.float().numpy(), t))
     if kernels is None:
         import importlib

@@ -31,40 +31,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from avbench.errors import AvbenchError
-from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE, json_lines, vllm_version
-
-if TYPE_CHECKING:
-    import pandas as pd
+from avbench.capture_protocol import estimator_name, refits_name
+from avbench.vllm_plugin.runtime import ESTIMATOR_MODULE, vllm_version
 
 log = logging.getLogger(__name__)
 
-REFITS_GLOB = "refits.*.jsonl"
-# Written once per process, on the first step() of an estimator: proof that one ran (AV arms
-# with a confidence head, and arms without AV, have none; avbench/capture.py).
-ESTIMATOR_GLOB = "estimator.*.json"
-REFIT_COLUMNS = (
-    "time",
-    "pid",
-    "tp_rank",
-    "dp_rank",
-    "refit_index",
-    "step_count",
-    "slope",
-    "intercepts",
-    "label_counts",
-    "capture_errors",
-)
 _STEP_PARAMS = ["self", "idx_mapping", "num_sampled", "num_rejected"]
 _INSTANCE_ATTRS = ("_steps_since_refit", "_refits", "slope", "intercepts", "counts")
 _WRAPPED = "__avbench_refit_capture__"
 _capture: RefitCapture | None = None  # this process's capture, once installed
-
-
-class RefitCaptureError(AvbenchError):
-    """A refit capture file cannot be read."""
 
 
 def _ranks() -> tuple[int | None, int | None]:
@@ -149,7 +126,7 @@ class RefitCapture:
             "dp_rank": dp,
             "num_speculative_steps": getattr(est, "num_speculative_steps", None),
         }
-        path = self.path.with_name(f"estimator.{os.getpid()}.json")
+        path = self.path.with_name(estimator_name(os.getpid()))
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(marker))
         os.replace(tmp, path)
@@ -258,7 +235,7 @@ def install_refit_capture(capture_dir: Path) -> bool:
         )
         return False
     global _capture
-    step = getattr(cls, "step", None)
+    step: Any = getattr(cls, "step", None)
     if getattr(step, _WRAPPED, False):
         return True
     try:
@@ -275,7 +252,7 @@ def install_refit_capture(capture_dir: Path) -> bool:
         return False
     capture_dir = Path(capture_dir)
     capture_dir.mkdir(parents=True, exist_ok=True)
-    _capture = RefitCapture(capture_dir / f"refits.{os.getpid()}.jsonl")
+    _capture = RefitCapture(capture_dir / refits_name(os.getpid()))
     cls.step = _wrap_step(step, _capture)
     atexit.register(flush_refits)
     return True
@@ -285,50 +262,3 @@ def flush_refits() -> None:
     """Wait until every refit line is written (waits for the device copies)."""
     if _capture is not None:
         _capture.close()
-
-
-def estimators_since(root: Path, since: float) -> list[dict]:
-    """The estimator markers under ``root`` written at or after ``since`` (unix time)."""
-    out = []
-    for path in sorted(Path(root).glob(ESTIMATOR_GLOB)):
-        try:
-            marker = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        if marker.get("time", 0) >= since:
-            out.append(marker)
-    return out
-
-
-def refit_lines(root: Path) -> list[dict[str, Any]]:
-    """Every refit line under ``root`` (searched recursively) as a dict of ``REFIT_COLUMNS``
-    plus ``file`` (relative to ``root``), by file then refit index. A torn last line (a process
-    killed mid-write) is skipped; any other unreadable line is an error naming the file and
-    line. Needs only the standard library (the GPU check runs where pandas may be absent)."""
-    root = Path(root)
-    if not root.is_dir():
-        raise RefitCaptureError(f"{root}: not a directory (expected a capture directory)")
-
-    def check(row: dict) -> None:
-        missing = [c for c in REFIT_COLUMNS if c not in row]
-        if missing:
-            raise ValueError(f"missing {', '.join(missing)}")
-
-    rows = []
-    for path in sorted(root.rglob(REFITS_GLOB)):
-        try:
-            for _, row in json_lines(path, check):
-                rows.append(
-                    {c: row[c] for c in REFIT_COLUMNS} | {"file": str(path.relative_to(root))}
-                )
-        except ValueError as exc:
-            where, why = exc.args
-            raise RefitCaptureError(f"{where}: not a refit line ({why})") from None
-    return sorted(rows, key=lambda r: (r["file"], r["refit_index"]))
-
-
-def read_refits(root: Path) -> pd.DataFrame:
-    """``refit_lines`` as a frame, one row per refit line."""
-    import pandas as pd
-
-    return pd.DataFrame(refit_lines(root), columns=[*REFIT_COLUMNS, "file"])

@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from avbench.capture_protocol import Status, status_name
+
 log = logging.getLogger("avbench.vllm_plugin")
 
 # vLLM's online acceptance estimator: its class (refit capture) and feature kernels.
@@ -70,7 +72,7 @@ class Health:
         if first:
             log.warning("avbench capture: hook %s failed (counted, serving goes on): %r", hook, exc)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> Status:
         with self._lock:
             return {
                 "errors": dict(self.errors),
@@ -102,7 +104,7 @@ def wrap_method(
     if orig is None or not callable(orig):
         health.mismatch(f"{cls.__module__}.{cls.__qualname__}.{name} not found")
         return False
-    hooks = getattr(orig, HOOKS_ATTR, frozenset())
+    hooks: frozenset[str] = getattr(orig, HOOKS_ATTR, frozenset())
     if hook in hooks:
         return True  # already wrapped by this hook (plugins may be loaded twice in one process)
     wrapper = functools.wraps(orig)(make(orig))
@@ -164,30 +166,11 @@ def when_imported(module: str, callback: Callable) -> None:
     _finder.pending.setdefault(module, []).append(callback)
 
 
-# ----------------------------------------------------------------------------- reading
-def json_lines(path: Path, check: Callable[[dict], None] = lambda row: None):
-    """(line number, row) of each JSON line of a capture file; ``check`` raises ValueError on
-    a row that is not what the file holds. A torn last line (no newline after it: a process
-    killed mid-write) is skipped; any other bad line raises ValueError("file:line", why)."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            check(row)
-        except (json.JSONDecodeError, ValueError) as exc:
-            if i == len(lines) - 1:
-                continue
-            raise ValueError(f"{path}:{i + 1}", str(exc)) from None
-        yield i + 1, row
-
-
 # ----------------------------------------------------------------------------- status file
-def write_status(capture_dir: Path, health: Health, extra: dict) -> None:
+def write_status(capture_dir: Path, health: Health, extra: Status) -> None:
     """``status-<pid>.json``: what this process's hooks did, rewritten atomically."""
-    path = capture_dir / f"status-{os.getpid()}.json"
-    data = {"pid": os.getpid(), "time": time.time(), "vllm": vllm_version()}
+    path = capture_dir / status_name(os.getpid())
+    data: Status = {"pid": os.getpid(), "time": time.time(), "vllm": vllm_version()}
     data |= health.snapshot() | extra
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, sort_keys=True))

@@ -21,12 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from avbench.estimator.drafts import (
-    CAPTURE_SCHEMA,
+from avbench.capture_protocol import (
+    CAPTURE_SUFFIX,
+    FLUSH_REQUEST,
     LABEL_ACCEPTED,
     LABEL_AFTER_REJECTION,
     LABEL_REJECTED,
     LABEL_TRIMMED,
+    capture_schema,
 )
 from avbench.vllm_plugin.runtime import Health, log, write_status
 
@@ -93,7 +95,7 @@ class _Row:
 
 @dataclass
 class Labeler:
-    """Pure bookkeeping: proposals in, labeled rows out (columns of CAPTURE_SCHEMA)."""
+    """Pure bookkeeping: proposals in, labeled rows out (columns of the capture schema)."""
 
     pid: int
     dp_rank: int
@@ -114,6 +116,7 @@ class Labeler:
 
     def verdict(self, v: Verdict, out: dict[str, list]) -> int:
         acc = v.accepted.get()["accepted"] if isinstance(v.accepted, HostCopy) else v.accepted
+        assert acc is not None  # the host copy of a tensor
         adm = v.admitted.get()["admitted"] if isinstance(v.admitted, HostCopy) else v.admitted
         n_rows = 0
         for i, eid in enumerate(v.engine_ids):
@@ -173,9 +176,6 @@ _COLUMNS = (
     "request_id", "engine_request_id", "step", "position", "label", "q_max", "logit_q_max",
     "q_sampled", "entropy", "estimator_pred", "head_score", "temperature", "time",
 )  # fmt: skip
-
-
-FLUSH_REQUEST = "flush-request"  # written by the sweep at the end of each cell
 
 
 class ShardWriter:
@@ -308,9 +308,10 @@ class ShardWriter:
             "pid": [self.labeler.pid] * n,
             "dp_rank": [self.labeler.dp_rank] * n,
         }
-        table = pa.table({f.name: cols[f.name] for f in CAPTURE_SCHEMA}, schema=CAPTURE_SCHEMA)
+        schema = capture_schema()
+        table = pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
         self._seq += 1
-        name = f"drafts-{self.labeler.pid}-{self._token}-{self._seq:06d}.capture.parquet"
+        name = f"drafts-{self.labeler.pid}-{self._token}-{self._seq:06d}{CAPTURE_SUFFIX}"
         tmp = self.dir / f".{name}.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, self.dir / name)

@@ -27,6 +27,7 @@ enqueued is on disk, rewritten by the writer thread four times a second.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import threading
@@ -34,12 +35,11 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from avbench.vllm_plugin.ids import client_request_id
 from avbench.vllm_plugin.runtime import Health, guarded, when_imported, wrap_method
 
-STEPS_GLOB = "steps.*.jsonl"
-FLUSHED_GLOB = "steps.*.flushed"
 TIMING_WALL, TIMING_CUDA = "host-wall", "cuda-events"
 _V1_RUNNER = "vllm.v1.worker.gpu_model_runner"
 _V1_PROPOSER = "vllm.v1.spec_decode.llm_base_proposer"
@@ -86,7 +86,7 @@ class _Step:
     codes: list  # the batch's requests, as codes of request lines
     marks: dict = field(default_factory=dict)
     positions: list = field(default_factory=list)  # (entry, exit) marks per draft position
-    acc: object = None  # accepted drafts per request with drafts (a list, or a pending copy)
+    acc: Any = None  # accepted drafts per request with drafts (a list, or a pending copy)
     verified: int | None = None  # drafts left after AV's trim (None: all scheduled)
     batch_ids: list = field(default_factory=list)  # V2: engine ids in the input batch's order
 
@@ -162,7 +162,7 @@ class StepCapture:
         self._last_start: float | None = None
         self._codes: dict[str, int] = {}  # engine id -> code, while the request lives
         self._next_code = 0
-        self._q: deque = deque()
+        self._q: deque[_Step | dict] = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -189,9 +189,9 @@ class StepCapture:
 
     def mark(self, name: str) -> None:
         if self.cur is not None:
-            self.cur.marks[name] = self.clock.mark()
+            self.cur.marks[name] = self.cur.clock.mark()
 
-    def submit(self, step: _Step) -> None:
+    def submit(self, step: _Step | dict) -> None:
         self._q.append(step)
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="avbench-steps", daemon=True)
@@ -226,7 +226,9 @@ class StepCapture:
         if lines:
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write("\n".join(lines) + "\n")
-        flushed = started if not self._q else self._q[0].time
+        # What is left starts with a step whose timings have not landed (request lines go at once).
+        first = self._q[0] if self._q else None
+        flushed = first.time if isinstance(first, _Step) else started
         tmp = self.flushed_path.with_name(f".{self.flushed_path.name}.tmp")
         tmp.write_text(repr(flushed))
         os.replace(tmp, self.flushed_path)
@@ -399,7 +401,7 @@ def _patch(cap: StepCapture, module_name: str, module) -> None:
         cap.health.mismatch(f"{module_name}.{cls_name} not found (step timing)")
         return
     for name, make in wrappers.items():
-        wrap_method(cap.health, cls, name, lambda o, make=make: make(cap, o), _HOOK)
+        wrap_method(cap.health, cls, name, functools.partial(make, cap), _HOOK)
 
 
 def install_steps_capture(capture_dir: Path, health: Health) -> StepCapture:

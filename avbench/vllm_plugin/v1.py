@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -157,8 +158,8 @@ class _Proposal:
     engine_ids: list[str]
     client_ids: list[str]
     n_batch: int
-    rows: object  # LongTensor of batch rows, or None for all
-    temperature: object  # (n,) float tensor of the sampled rows, or None (all greedy)
+    rows: Any  # LongTensor of batch rows, or None for all
+    temperature: Any  # (n,) float tensor of the sampled rows, or None (all greedy)
     positions: list[dict] = field(default_factory=list)
     failed: bool = False
 
@@ -200,7 +201,7 @@ def _begin(cap: DraftCapture, runner, sm) -> _Proposal | None:
     return _Proposal(
         cap.step,
         [req_ids[i] for i in sel],
-        [cap.client_id(req_ids[i]) for i in sel],
+        cap.sampled_ids([req_ids[i] for i in sel]),
         len(req_ids),
         rows,
         temp,

@@ -30,7 +30,9 @@ temporaries of its size, in chunks of at most ``MAX_CHUNK_ELEMENTS`` logits;
 
 from __future__ import annotations
 
+import functools
 import inspect
+from typing import Any
 
 from avbench.vllm_plugin.drafts import DraftCapture
 from avbench.vllm_plugin.runtime import guarded, wrap_method
@@ -63,7 +65,7 @@ def patch(cap: DraftCapture, module_name: str, module) -> None:
             cap.disable(f"{module_name}.{cls.__qualname__}.{name}: expected parameters {params}")
             return
     for name, make in wrappers.items():
-        wrap_method(cap.health, cls, name, lambda o, make=make: make(cap, o), "drafts-v2")
+        wrap_method(cap.health, cls, name, functools.partial(make, cap), "drafts-v2")
 
 
 def _active(cap: DraftCapture) -> bool:
@@ -160,8 +162,7 @@ def _after_sample(cap: DraftCapture, runner, batch) -> None:
         if getattr(spec, "use_confidence_head", False):
             data["head"] = spec.draft_token_confidence_probs.index_select(0, rows)
         data["tokens"], data["temperature"] = tokens, temp
-        cids = [cap.client_id(e) for e in eids]
-        cap.submit(Proposal(cap.step, eids, cids, HostCopy(data)))
+        cap.submit(Proposal(cap.step, eids, cap.sampled_ids(eids), HostCopy(data)))
 
 
 def _prime(cap: DraftCapture, runner) -> None:
@@ -203,6 +204,6 @@ def _chunk_features(logits, idx, tokens, temp, with_f: bool, kernels) -> dict:
 
     ft = draft_features(logits.index_select(0, idx), temp, with_f, kernels)
     tok = tokens.clamp_min(0)  # -1 marks positions not drafted this step
-    out = {key: ft[key] for key in ("f", "q_max", "entropy") if key in ft}
+    out: dict[str, Any] = {key: ft[key] for key in ("f", "q_max", "entropy") if key in ft}
     out["q_sampled"] = sampled_prob(ft["logq"], tok, temp < _SAMPLING_EPS)
     return out

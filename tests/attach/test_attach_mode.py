@@ -1,6 +1,6 @@
 """`avbench sweep --endpoint URL` with no suite file, against the project's scripted server.
 
-The scripted server (avbench/testing/stream_server.py) stands in for vLLM where the behaviour
+The scripted server (avbench/stream_server.py) stands in for vLLM where the behaviour
 under test is the client's: it tokenizes like vLLM's /tokenize (one token per word), counts a
 completion prompt with that tokenizer, and streams exactly max_tokens tokens.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from avbench.store import RunStore
-from avbench.testing.stream_server import ServerConfig, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_thread
 
 PROVENANCE = ("transport", "event_loop", "timestamp_source", "avbench_version", "avbench_commit")
 
@@ -94,7 +94,7 @@ def test_pair_naming_an_unserved_model_fails_before_any_request(tmp_path):
     with serve_in_thread(ServerConfig(model="served-x")) as srv:
         res = avbench(
             "sweep", "--endpoint", srv.base_url, "--pair", "tiny-cpu", "--suites",
-            str(repo / "suites"), "--arm", "baseline", *SYNTHETIC, "--results",
+            str(repo / "avbench" / "suites"), "--arm", "baseline", *SYNTHETIC, "--results",
             str(tmp_path / "r"), cwd=tmp_path,
         )  # fmt: skip
         stats = srv.stats()

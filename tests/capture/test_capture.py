@@ -77,7 +77,7 @@ def refit_lines(path, pid, times, start_index=0):
 
 
 def test_refit_summary_uses_the_servers_refits_around_the_cell(tmp_path):
-    from avbench.vllm_plugin.refits import read_refits
+    from avbench.capture import read_refits
 
     refit_lines(tmp_path / "refits.1.jsonl", 1, [10.0, 11.0])  # an earlier server
     refit_lines(tmp_path / "refits.2.jsonl", 2, [101.0, 102.0, 103.0, 104.0])

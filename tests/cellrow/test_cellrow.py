@@ -17,7 +17,7 @@ from avbench.metrics import all_definitions
 from avbench.plan import Arm
 from avbench.runner import SweepOptions, start_sweep
 from avbench.store import RunStore
-from avbench.testing.stream_server import ServerConfig, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_thread
 from avbench.workloads.registry import builtin_workloads
 
 REPO = Path(__file__).resolve().parents[2]

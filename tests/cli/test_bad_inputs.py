@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import avbench.cli
-from avbench.testing.stream_server import ServerConfig, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 BIG = "100000000000000000000"  # 1e20 as an integer
@@ -588,7 +588,7 @@ def _prepare(case: Bad, tmp: Path, servers: dict, good: Path | None) -> list[str
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     if case.suite or case.raw_suite:
-        shutil.copytree(REPO / "suites", tmp / "suites")
+        shutil.copytree(REPO / "avbench" / "suites", tmp / "suites")
         if case.raw_suite:
             (tmp / "suites" / case.raw_suite[0]).write_bytes(case.raw_suite[1])
         else:

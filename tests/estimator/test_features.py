@@ -14,9 +14,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from avbench.estimator.features import vllm_logit_qmax, vllm_logit_qmax_from_f
 from avbench.estimator.online import logit_qmax_from_logits
 from avbench.testing.vllm_kernels import installed_vllm_dir
+from avbench.vllm_feature import vllm_logit_qmax, vllm_logit_qmax_from_f
 
 KERNEL = textwrap.dedent(
     """

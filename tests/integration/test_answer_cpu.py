@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from avbench.analysis.schedule import check_dyn, k_at
+from avbench.schedule import check_dyn, k_at
 from avbench.server import find_free_port, probe_vllm
 from avbench.store import RunStore
 

@@ -66,7 +66,7 @@ def short_suites(tmp_path_factory) -> Path:
     scheduling hiccup then moves its throughput by a third."""
     dst = tmp_path_factory.mktemp("suites")
     for f in ("pairs.toml", "workloads.toml", "sweeps.toml"):
-        text = (REPO / "suites" / f).read_text()
+        text = (REPO / "avbench" / "suites" / f).read_text()
         if f == "sweeps.toml":
             head, _, tail = text.partition("[sweeps.nightly-cpu]")
             tail = tail.replace("repeats = 2", "repeats = 1", 1)

@@ -11,7 +11,7 @@ import pytest
 from avbench.loadgen.client import run_drive
 from avbench.loadgen.config import EndpointConfig, SamplingParams
 from avbench.loadgen.transport import _DONE, MalformedResponseError, _Conn
-from avbench.testing.stream_server import ServerConfig, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_thread
 from avbench.workloads.base import Conversation
 
 

@@ -16,7 +16,7 @@ import time
 from avbench.loadgen.client import run_drive
 from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.transport import _Conn
-from avbench.testing.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.workloads.base import Conversation
 
 SP = SamplingParams(temperature=0.0, max_tokens=40)

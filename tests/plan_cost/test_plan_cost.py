@@ -120,7 +120,7 @@ def test_cli_plan_shows_commands_work_and_wall_time(tmp_path):
     from avbench.store import RunStore
     from avbench.suite import load_suite
 
-    suite = load_suite(REPO / "suites")
+    suite = load_suite(REPO / "avbench" / "suites")
     cells = build_plan(suite.pair("tiny-cpu"), suite.sweep("nightly-cpu"))
     prev = RunStore.create(
         tmp_path,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.estimator.drafts import LABEL_TRIMMED
+from avbench.capture_protocol import LABEL_TRIMMED
 from avbench.testing.vllm_kernels import GPU_CHECK_FILES, SYNC_CHECK_FILE
 
 pytestmark = pytest.mark.slow

@@ -33,7 +33,7 @@ def rehearsal(vllm_src, tmp_path_factory) -> dict:
         [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    from avbench.vllm_plugin.refits import estimators_since
+    from avbench.capture_protocol import estimators_since
 
     seen = json.loads(res.stdout.strip().splitlines()[-1])
     return seen | {"estimators": estimators_since(capture, 0.0)}

@@ -45,7 +45,7 @@ from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator  # no
 from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
 
 from avbench.capture import read_captured, wait_flushed  # noqa: E402
-from avbench.estimator.features import vllm_logit_qmax  # noqa: E402
+from avbench.vllm_feature import vllm_logit_qmax  # noqa: E402
 from avbench.vllm_plugin import v2  # noqa: E402
 
 SLOTS, K, VOCAB = 8, 4, 5000  # two vocabulary blocks of the feature kernel

@@ -9,8 +9,8 @@ from pydantic import SecretStr
 from avbench.plan import Arm
 from avbench.runner import SweepOptions, resume_sweep, start_sweep
 from avbench.store import RunStore
+from avbench.stream_server import ServerConfig, serve_in_thread
 from avbench.suite import load_suite
-from avbench.testing.stream_server import ServerConfig, serve_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from avbench.errors import AvbenchError, ServerError, StoreError
 from avbench.plan import Arm
 from avbench.runner import SweepOptions, resume_sweep, start_sweep
 from avbench.store import RunStore
+from avbench.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.suite import load_suite
-from avbench.testing.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 
 
 def _opts(tmp_path, url, run_id="r", concurrencies=(4,), requests=40, **kw):

@@ -14,8 +14,8 @@ import time
 from avbench.loadgen.config import Timeouts
 from avbench.plan import Arm
 from avbench.runner import SweepOptions, resume_sweep, start_sweep
+from avbench.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.suite import load_suite
-from avbench.testing.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 
 ARM = "static-k3__humaneval-tiny"
 SLACK_S = 8.0  # a busy shared machine (the read timeout, 60 s here, is what the base waited)

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from avbench.errors import SuiteError
-from avbench.suite import load_suite
+from avbench.suite import default_suites_dir, load_suite
 
 SEED_PAIRS = {"dsv4-dspark", "mimo-dflash", "inkling-mtp", "muse-dflash2", "tiny-cpu"}
 
@@ -20,6 +20,23 @@ def test_shipped_suites_define_seed_pairs_workloads_and_sweeps():
     assert default.num_requests(1) == 32 and default.num_requests(64) == 512
     mimo = suite.pair("mimo-dflash")
     assert mimo.gpus_per_server == 4 and mimo.method == "dflash" and mimo.max_k == 8
+
+
+def test_suites_come_from_the_environment_then_the_working_directory_then_the_package(
+    suites_copy: Path, tmp_path: Path, monkeypatch
+):
+    import avbench
+
+    shipped = Path(avbench.__file__).parent / "suites"
+    monkeypatch.delenv("AVBENCH_SUITES", raising=False)
+    monkeypatch.chdir(tmp_path / "suites")  # a working directory with no ./suites
+    assert default_suites_dir() == shipped and (shipped / "pairs.toml").is_file()
+    (tmp_path / "suites" / "suites").mkdir()  # ./suites without a pairs.toml is not a suite
+    assert default_suites_dir() == shipped
+    monkeypatch.chdir(tmp_path)
+    assert default_suites_dir() == suites_copy
+    monkeypatch.setenv("AVBENCH_SUITES", str(tmp_path / "elsewhere"))
+    assert default_suites_dir() == tmp_path / "elsewhere"
 
 
 def test_tiny_pair_resolves_to_shipped_assets():

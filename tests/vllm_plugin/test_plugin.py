@@ -99,3 +99,19 @@ def test_hooks_wait_for_the_module_import(tmp_path, monkeypatch):
     assert seen == [sys.modules["avbench_fake_runner"].Runner]
     when_imported("avbench_fake_runner", lambda m: seen.append("again"))  # already imported
     assert seen[-1] == "again"
+
+
+def test_a_capturing_worker_loads_no_pandas_and_nothing_of_avbench_but_the_protocol():
+    """What a vLLM worker with every capture on imports of avbench (import-linter checks the
+    code; this checks what a process really loads)."""
+    modules = ("drafts", "refits", "runtime", "sink", "steps", "features", "v1", "v2")
+    code = (
+        "import json, sys\n"
+        + "".join(f"import avbench.vllm_plugin.{m}\n" for m in modules)
+        + "print(json.dumps([m for m in sys.modules if m.split('.')[0] in ('avbench', 'pandas')]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert not any(m.startswith("pandas") for m in loaded)
+    others = {m for m in loaded if not m.startswith("avbench.vllm_plugin")}
+    assert others == {"avbench", "avbench.capture_protocol", "avbench.vllm_feature"}, others

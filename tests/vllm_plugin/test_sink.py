@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from avbench.capture import read_captured
-from avbench.estimator.drafts import CAPTURE_SCHEMA
+from avbench.capture_protocol import capture_schema
 from avbench.vllm_plugin.runtime import Health
 from avbench.vllm_plugin.sink import HostCopy, Labeler, Proposal, ShardWriter, Verdict
 
@@ -62,7 +62,7 @@ def test_writer_writes_shards_and_status(tmp_path):
     status = json.loads(next(tmp_path.glob("status-*.json")).read_text())
     assert status["rows_written"] == 2 and status["flushed_at"] >= t_sent and not status["errors"]
     shard = next(tmp_path.glob("*.capture.parquet"))
-    assert pq.read_schema(shard).names == CAPTURE_SCHEMA.names
+    assert pq.read_schema(shard).names == capture_schema().names
     w.submit(["cmpl-x-0-00000000"])  # finished
     w.close()
     assert w.labeler.pending == {}

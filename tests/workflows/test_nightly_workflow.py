@@ -47,7 +47,7 @@ def test_the_workflow_runs_make_nightly_for_the_nightly_pairs():
     assert 'make nightly PAIR="$PAIR"' in text
     assert "avbench merge" in text and "GITHUB_STEP_SUMMARY" in text
     # The matrix comes from the nightly sweep's pair list, which names real pairs.
-    suite = load_suite(REPO / "suites")
+    suite = load_suite(REPO / "avbench" / "suites")
     pairs = suite.sweep("nightly").pairs
     assert pairs and all(p in suite.pairs for p in pairs)
     assert '["sweeps"]["nightly"]["pairs"]' in text

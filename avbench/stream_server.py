@@ -1,4 +1,7 @@
-"""A small, fast OpenAI-style streaming server for tests and client benchmarks only.
+"""A small, fast OpenAI-style streaming server: ``avbench serve-fake``, the tests, client benchmarks.
+
+A runtime module, not a test helper: the command ships it, so a user can try the client and
+measure its overhead without vLLM.
 
 It stands in for a vLLM server where the point is the *client*: it speaks the exact streaming
 format vLLM 0.32 sends (role chunk, content chunks, finish chunk, usage chunk, ``[DONE]``, each
@@ -9,7 +12,7 @@ the same system-wide monotonic clock the client uses) so measured times can be c
 Written on raw asyncio streams (uvloop when installed) so that it costs far less per chunk than
 any client it serves. Run it with :func:`serve_in_thread` (tests) or :func:`serve_in_subprocess`
 (benchmarks: the server gets its own process and CPU), or ``python -m
-avbench.testing.stream_server``.
+avbench.stream_server``.
 
 Faults (per request): ``http_5xx``, ``http_4xx``, ``cut`` (connection closed mid-stream),
 ``stall`` (half the stream, then silence), ``malformed`` (one chunk of broken JSON),
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -169,6 +173,7 @@ class _Renderer:
     def __init__(self, api: str, rid: str, model: str, created: int, token_ids: bool):
         self.api = api
         self.token_ids = token_ids
+        self.role: str | None
         if api == "chat":
             head = _head(f"chatcmpl-{rid}", "chat.completion.chunk", created, model)
             self.role = (
@@ -355,39 +360,63 @@ def _plain(writer: _SConn, status: int, reason: str, body: bytes) -> None:
     )
 
 
-async def _stream(
-    st: _State, writer: _SConn, api: str, headers: dict, raw: bytes, received: float
-) -> None:
-    cfg = st.cfg
-    body = json.loads(raw)
-    idx = st.count
-    st.count += 1
-    fault = _choose_fault(st, idx, headers, body)
+def _refused(writer: _SConn, fault: str | None) -> bool:
+    """Answer with an error status when the fault asks for one (or is unknown)."""
     if fault is not None and fault not in FAULT_KINDS:  # a misspelt fault must not pass silently
         known = ", ".join(FAULT_KINDS)
         msg = json.dumps({"error": {"message": f"unknown fault {fault!r} (known: {known})"}})
         _plain(writer, 400, "Bad Request", msg.encode())
-        return
-    if fault == "http_5xx":
+    elif fault == "http_5xx":
         _plain(writer, 500, "Internal Server Error", b'{"error":{"message":"injected 5xx"}}')
-        return
-    if fault == "http_4xx":
+    elif fault == "http_4xx":
         _plain(writer, 400, "Bad Request", b'{"error":{"message":"injected 4xx"}}')
-        return
-    max_tokens = int(body.get("max_tokens") or 16)
-    n_out = cfg.output_tokens if cfg.output_tokens is not None else max_tokens
-    sched = _schedule(cfg, n_out, fault)
-    n_out = sum(n for _, n in sched)
-    want_ids = bool(body.get("return_token_ids"))
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    if api == "completions":
-        prompt_tokens = max(1, len(tokenize(str(body.get("prompt")))))
     else:
-        prompt_tokens = max(1, len(json.dumps(body.get("messages"))) // 4)
-    em = Emission(idx, received, api, fault, f"<{idx}>", body=body if cfg.keep_bodies else None)
-    if cfg.record:
-        st.emissions.append(em)
-    r = _Renderer(api, f"{idx:016x}", cfg.model, int(time.time()), want_ids)
+        return False
+    return True
+
+
+async def _mid_stream_fault(st: _State, writer: _SConn, fault: str | None) -> bool:
+    """The fault injected halfway through the stream; True when it ended the stream."""
+    if fault in ("cut", "reset"):
+        # No terminating chunk: the client sees the stream end early (or reset).
+        writer.abort(reset=fault == "reset")
+        return True
+    if fault == "bad_chunk":
+        writer.write(b"5\r\nhelloXX")  # the CRLF after the data is missing
+    if fault in ("stall", "pings"):
+        # Silent (or pinging) until the client gives up (EOF), the server stops, or stall_s.
+        t_end = time.perf_counter() + st.cfg.stall_s
+        t_ping = time.perf_counter()
+        while not (writer.eof or st.stop.is_set() or time.perf_counter() > t_end):
+            if fault == "pings" and time.perf_counter() >= t_ping:
+                writer.write(_frame(b": ping\n\n"))
+                t_ping += st.cfg.ping_interval_s
+            await asyncio.sleep(0.02)
+        writer.abort()
+        return True
+    if fault == "malformed":
+        writer.write(_frame(b'data: {"id":"broken","choices":[{"delta":{"content":"x\n\n'))
+    return False
+
+
+async def _sleep_until(t_next: float) -> None:
+    wait = t_next - time.perf_counter()
+    if wait <= 0:
+        await asyncio.sleep(0)  # yield so all streams interleave, like engine steps
+    # uvloop's timers have 1 ms granularity and can fire a little early: sleep until due.
+    while wait > 0:
+        await asyncio.sleep(wait)
+        wait = t_next - time.perf_counter()
+
+
+def _prompt_tokens(api: str, body: dict) -> int:
+    if api == "completions":
+        return max(1, len(tokenize(str(body.get("prompt")))))
+    return max(1, len(json.dumps(body.get("messages"))) // 4)
+
+
+def _open_stream(writer: _SConn, r: _Renderer, fault: str | None, prompt_tokens: int) -> None:
+    """The response head (after interim responses when the fault asks) and the role chunk."""
     if fault == "interim":
         writer.write(
             b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -398,41 +427,41 @@ async def _stream(
         b"transfer-encoding: chunked\r\n\r\n"
     )
     if r.role is not None:
-        pids = "[" + ",".join(["1"] * prompt_tokens) + "]" if want_ids else "null"
+        pids = "[" + ",".join(["1"] * prompt_tokens) + "]" if r.token_ids else "null"
         writer.write(_frame((r.role % pids).encode()))
+
+
+async def _stream(
+    st: _State, writer: _SConn, api: str, headers: dict, raw: bytes, received: float
+) -> None:
+    cfg = st.cfg
+    body = json.loads(raw)
+    idx = st.count
+    st.count += 1
+    fault = _choose_fault(st, idx, headers, body)
+    if _refused(writer, fault):
+        return
+    max_tokens = int(body.get("max_tokens") or 16)
+    n_out = cfg.output_tokens if cfg.output_tokens is not None else max_tokens
+    sched = _schedule(cfg, n_out, fault)
+    n_out = sum(n for _, n in sched)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    prompt_tokens = _prompt_tokens(api, body)
+    em = Emission(idx, received, api, fault, f"<{idx}>", body=body if cfg.keep_bodies else None)
+    if cfg.record:
+        st.emissions.append(em)
+    want_ids = bool(body.get("return_token_ids"))
+    r = _Renderer(api, f"{idx:016x}", cfg.model, int(time.time()), want_ids)
+    _open_stream(writer, r, fault, prompt_tokens)
     cut_at = len(sched) // 2 if fault in _MID_STREAM_FAULTS else -1
     t_next = time.perf_counter()
     tok = 0
     for i, (delay, n) in enumerate(sched):
-        if i == cut_at:
-            if fault in ("cut", "reset"):
-                # No terminating chunk: the client sees the stream end early (or reset).
-                writer.abort(reset=fault == "reset")
-                return
-            if fault == "bad_chunk":
-                writer.write(b"5\r\nhelloXX")  # the CRLF after the data is missing
-            if fault in ("stall", "pings"):
-                # Silent (or pinging) until the client gives up (EOF), the server stops, or stall_s.
-                t_end = time.perf_counter() + cfg.stall_s
-                t_ping = time.perf_counter()
-                while not (writer.eof or st.stop.is_set() or time.perf_counter() > t_end):
-                    if fault == "pings" and time.perf_counter() >= t_ping:
-                        writer.write(_frame(b": ping\n\n"))
-                        t_ping += cfg.ping_interval_s
-                    await asyncio.sleep(0.02)
-                writer.abort()
-                return
-            if fault == "malformed":
-                writer.write(_frame(b'data: {"id":"broken","choices":[{"delta":{"content":"x\n\n'))
+        if i == cut_at and await _mid_stream_fault(st, writer, fault):
+            return
         # Absolute schedule so that write/loop costs do not accumulate into drift.
         t_next += delay
-        wait = t_next - time.perf_counter()
-        if wait <= 0:
-            await asyncio.sleep(0)  # yield so all streams interleave, like engine steps
-        # uvloop's timers have 1 ms granularity and can fire a little early: sleep until due.
-        while wait > 0:
-            await asyncio.sleep(wait)
-            wait = t_next - time.perf_counter()
+        await _sleep_until(t_next)
         if i == 0:
             text = em.text_prefix + "".join(_VOCAB[(idx + k) % 97] for k in range(1, n))
         else:
@@ -461,8 +490,8 @@ def tokenize(text: str) -> list[int]:
     ids = []
     for word in text.split():
         m = _WORD_ID.fullmatch(word)
-        known = m is not None and int(m.group(1)) < len(_VOCAB)
-        ids.append(int(m.group(1)) if known else zlib.crc32(word.encode()) % len(_VOCAB))
+        n = int(m.group(1)) if m is not None else len(_VOCAB)
+        ids.append(n if n < len(_VOCAB) else zlib.crc32(word.encode()) % len(_VOCAB))
     return ids
 
 
@@ -568,6 +597,10 @@ class RunningServer:
         self._get("/_reset")
 
 
+def _forget(conns: set[_SConn], conn: _SConn, task: asyncio.Task) -> None:
+    conns.discard(conn)
+
+
 async def _serve(cfg: ServerConfig, host: str, port: int, ready) -> None:
     st = _State(cfg)
     loop = asyncio.get_running_loop()
@@ -591,7 +624,8 @@ async def _serve(cfg: ServerConfig, host: str, port: int, ready) -> None:
             conns.add(conn)
             task = loop.create_task(handler(conn))
             tasks.add(task)
-            task.add_done_callback(lambda t, c=conn: (tasks.discard(t), conns.discard(c)))
+            task.add_done_callback(tasks.discard)
+            task.add_done_callback(functools.partial(_forget, conns, conn))
 
     acceptor = loop.create_task(accept())
     ready(lsock.getsockname()[1], st)
@@ -659,17 +693,18 @@ def serve_in_subprocess(
     cmd = [
         sys.executable,
         "-m",
-        "avbench.testing.stream_server",
+        "avbench.stream_server",
         "--config-json",
         json.dumps(asdict(cfg)),
     ]
     if cpus is not None:
         cmd += ["--cpus", ",".join(map(str, cpus))]
     # The package root on PYTHONPATH, so `-m avbench...` works from a checkout too.
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, text=True, env=env)
     try:
+        assert proc.stdout is not None  # stdout=PIPE
         line = proc.stdout.readline()
         if not line.startswith("PORT "):
             raise RuntimeError(f"fake stream server did not start (got {line!r})")

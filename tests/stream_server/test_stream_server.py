@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from avbench.testing.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 
 FIX = Path(__file__).parent / "fixtures"
 
