@@ -24,8 +24,9 @@ app = typer.Typer(
 
 # Command groups, one module each under avbench/commands/ (registered if present).
 _COMMAND_MODULES = (
-    "sweep", "answer", "workloads", "lab", "loadgen", "doctor", "nightly", "estimator", "quality",
-    "predict", "sanity",
+    "pairs", "plan", "sweep", "report", "recommend", "workloads", "trace", "lossless", "tables",
+    "loadgen", "doctor", "preflight", "compare", "merge", "estimator", "quality", "predict",
+    "sanity",
 )  # fmt: skip
 
 for _name in _COMMAND_MODULES:
