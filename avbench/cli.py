@@ -9,6 +9,7 @@ import errno
 import importlib
 import os
 import sys
+from pathlib import Path
 
 import typer
 
@@ -51,7 +52,7 @@ def _secrets_in_use() -> list[str]:
         try:
             from avbench.apikey import read_key_file
 
-            keys.append(read_key_file(path))
+            keys.append(read_key_file(Path(path)))
         except AvbenchError:
             pass
     return [k for k in keys if k]

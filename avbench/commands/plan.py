@@ -163,7 +163,8 @@ def _plan_work(view: PlanView) -> PlanWork:
         install = probe_vllm(view.python)
     except AvbenchError:
         install = None
-    commands, unsupported = {}, {}
+    commands: dict[str, list[str] | None] = {}
+    unsupported: dict[str, str] = {}
     for name in dict.fromkeys(c.arm for c in view.cells):
         arm = Arm.parse(name)
         commands[name] = build_command(pair, arm, port=8000, python=view.python, sweep=sweep)
@@ -199,6 +200,7 @@ def _print_wall_time(console: Console, view: PlanView, work: PlanWork) -> None:
     from avbench.plan_cost import estimate_wall_time, format_duration
     from avbench.store import RunStore
 
+    assert view.from_run is not None
     store = RunStore.open(view.from_run)
     try:
         est = estimate_wall_time(view.cells, work, store.cells_frame(), store.read_manifest())

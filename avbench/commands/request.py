@@ -39,7 +39,7 @@ class Request(BaseModel):
             return field.upper()
         # In Annotated, typer.Option("--x") holds its first name where a default would be.
         given = [info.default, *(info.param_decls or ())]
-        decls = [d for d in given if isinstance(d, str) and d.startswith("--")]
+        decls = [d.split("/")[0] for d in given if isinstance(d, str) and d.startswith("--")]
         return decls[0] if decls else "--" + field.replace("_", "-")
 
     @classmethod
@@ -72,7 +72,7 @@ def cli_info(model: type[BaseModel], field: str) -> ParameterInfo:
 def _cli_annotation(model: type[BaseModel], field: str) -> object:
     info = model.model_fields[field]
     given = [m.annotation for m in info.metadata if isinstance(m, CliType)]
-    return Annotated[given[0] if given else info.annotation, cli_info(model, field)]  # type: ignore[valid-type]
+    return Annotated[given[0] if given else info.annotation, cli_info(model, field)]
 
 
 def command(model: type[R]) -> Callable[[Callable[[R], None]], Callable[..., None]]:
@@ -122,7 +122,7 @@ def invalid(
     loc = [str(x) for x in err["loc"]]
     if flags is not None and (not loc or loc[0] in flags):
         return AvbenchError(f"{flags[loc[0]]}: {msg}" if loc else msg)
-    return AvbenchError(f"{what} {'.'.join(loc) or 'of the sweep'}: {msg}")
+    return AvbenchError(f"{' '.join([what, '.'.join(loc)]).strip()}: {msg}")
 
 
 def resolve_vllm_python(given: str | None) -> str:

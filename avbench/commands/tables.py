@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 
-from avbench.commands.request import Request, command
+from avbench.commands.request import CliType, Request, command
 
 
 class TablesRequest(Request):
@@ -19,7 +19,8 @@ class TablesRequest(Request):
     bins: Annotated[int, typer.Option(help="ECE bins (equal width).")] = 10
     boot: Annotated[int, typer.Option(help="Bootstrap replicates for predictor comparisons.")] = 200
     feature_mode: Annotated[
-        str,
+        Literal["exact", "vllm"],
+        CliType(str),
         typer.Option(
             "--feature-mode",
             help="logit(q_max) as stored ('exact') or rounded as vLLM's float32 kernel does "
@@ -27,12 +28,15 @@ class TablesRequest(Request):
         ),
     ] = "exact"
 
+    @field_validator("feature_mode", mode="before")
+    @classmethod
+    def _mode(cls, v: object) -> object:
+        if v not in ("exact", "vllm"):
+            raise ValueError(f"expected 'exact' or 'vllm', got {v!r}")
+        return v
+
     @model_validator(mode="after")
     def _ranges(self) -> TablesRequest:
-        if self.feature_mode not in ("exact", "vllm"):
-            raise ValueError(
-                f"--feature-mode: expected 'exact' or 'vllm', got {self.feature_mode!r}"
-            )
         if self.bins < 1 or self.boot < 0:
             raise ValueError(f"--bins must be >= 1 and --boot >= 0 (got {self.bins}, {self.boot})")
         return self

@@ -124,7 +124,7 @@ def show(req: ShowRequest) -> None:
         try:
             spec = type(spec).model_validate(spec.model_copy(update=update).model_dump())
         except ValidationError as exc:
-            raise invalid(exc, flags=ShowRequest.flags()) from None
+            raise invalid(exc, "option") from None
     loaded = load_workload(spec, tokenizer=req.tokenizer)
     _print(loaded, req.sample_chars)
 

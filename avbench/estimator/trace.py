@@ -26,11 +26,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from avbench.errors import AvbenchError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from avbench.estimator.online import ReplayResult
 
 F_CLAMP = 40.0
 
@@ -108,7 +114,7 @@ def expected_acceptance(p, q):
     return np.minimum(p, q).sum(-1)
 
 
-def draft_features(logits, temperature: float) -> dict[str, object]:
+def draft_features(logits, temperature: float) -> dict[str, Tensor]:
     """q_max, f = m* - logsumexp(others) (clamped), entropy of the scaled distribution."""
     import torch
 
@@ -168,14 +174,14 @@ def prefix_caches(target, drafter, ids, rows: int) -> tuple:
 
 @dataclass
 class StepResult:
-    drafts: object  # LongTensor (B, K)
-    n_accepted: object  # LongTensor (B,)
-    final: object  # LongTensor (B,) the resampled or bonus token
-    q_max: object  # (B, K) float64
-    f: object
-    entropy: object
-    q_sampled: object
-    expected: object  # (B, K) sum_x min(p, q) of each draft position
+    drafts: Tensor  # LongTensor (B, K)
+    n_accepted: Tensor  # LongTensor (B,)
+    final: Tensor  # LongTensor (B,) the resampled or bonus token
+    q_max: Tensor  # (B, K) float64
+    f: Tensor
+    entropy: Tensor
+    q_sampled: Tensor
+    expected: Tensor  # (B, K) sum_x min(p, q) of each draft position
 
 
 def spec_step(
@@ -255,7 +261,7 @@ def emitted_tokens(res: StepResult, row: int) -> list[int]:
 @dataclass
 class _Request:
     rid: str
-    ids: object  # LongTensor (1, L)
+    ids: Tensor  # LongTensor (1, L)
     prompt_len: int
     caches: tuple | None = None
     done: bool = False
@@ -557,7 +563,7 @@ def load_model(path: Path, device: str = "cpu", dtype: str = "float32"):
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     except (OSError, ValueError) as exc:
         raise TraceError(f"{path}: cannot load a causal LM ({str(exc).splitlines()[0]})") from None
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers types `to` as unbound
 
 
 def load_tokenizer(path: Path):
@@ -631,7 +637,7 @@ def estimator_log_frame(ids: dict[str, str], result) -> pd.DataFrame:
 
 def finish_trace(
     df: pd.DataFrame, out_dir: Path, ids: dict[str, str], k: int
-) -> tuple[Path, Path, object]:
+) -> tuple[Path, Path, ReplayResult]:
     """Fill the estimator prediction by replay and write the drafts and the estimator log."""
     from avbench.estimator.drafts import (
         DRAFTS_SUFFIX,
