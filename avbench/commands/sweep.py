@@ -18,7 +18,6 @@ from avbench.commands.request import (
     VllmPython,
     command,
 )
-from avbench.commands.resolve import merge_sequential
 from avbench.errors import AvbenchError
 
 if TYPE_CHECKING:
@@ -329,6 +328,7 @@ Setup = tuple["Pair", "Sweep", "dict[str, WorkloadSpec]", Path | None]
 def _attached(req: SweepRequest) -> Setup:
     """Attached with no suite file: an in-memory pair and sweep."""
     from avbench.attach import Lengths, attached_setup
+    from avbench.commands.resolve import merge_sequential
     from avbench.suite import all_workloads
     from avbench.workloads.registry import builtin_workloads
 
