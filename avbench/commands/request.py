@@ -22,6 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from typer.models import ParameterInfo
 
 from avbench.errors import AvbenchError
+from avbench.inputs import validation_error
 
 R = TypeVar("R", bound="Request")
 
@@ -116,13 +117,13 @@ def invalid(
     exc: ValidationError, what: str = "", flags: Mapping[str, str] | None = None
 ) -> AvbenchError:
     """A pydantic error of what the user typed as one line: the option (``flags`` maps a
-    field to its flag) or ``what`` and the field's path, then what was expected."""
+    request's field to its flag), else ``what`` and the field's path; then what was expected."""
     err = exc.errors()[0]
-    msg = err["msg"].removeprefix("Value error, ")
     loc = [str(x) for x in err["loc"]]
-    if flags is not None and (not loc or loc[0] in flags):
-        return AvbenchError(f"{flags[loc[0]]}: {msg}" if loc else msg)
-    return AvbenchError(f"{' '.join([what, '.'.join(loc)]).strip()}: {msg}")
+    if flags is None or (loc and loc[0] not in flags):
+        return validation_error(exc, what)
+    msg = err["msg"].removeprefix("Value error, ")
+    return AvbenchError(f"{flags[loc[0]]}: {msg}" if loc else msg)
 
 
 def resolve_vllm_python(given: str | None) -> str:
