@@ -57,7 +57,8 @@ class Request(BaseModel):
 
 
 class CliType:
-    """The type Typer parses for a field whose validated type differs (a CSV list, a path)."""
+    """The type Typer parses for a field whose validated type differs (a CSV list; an
+    interpreter that defaults from the environment)."""
 
     def __init__(self, annotation: object) -> None:
         self.annotation = annotation

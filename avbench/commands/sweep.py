@@ -22,6 +22,7 @@ from avbench.errors import AvbenchError
 
 if TYPE_CHECKING:
     from pydantic import SecretStr
+    from rich.console import Console
 
     from avbench.plan import Arm
     from avbench.progress import RichReporter
@@ -406,7 +407,7 @@ def _preflight_stored(run_dir: Path, python: str) -> None:
     _preflight(pair, sweep, None, python)
 
 
-def _summarize(console: Any, outcome: SweepOutcome, write_report: bool) -> None:
+def _summarize(console: Console, outcome: SweepOutcome, write_report: bool) -> None:
     """The cells' table, the report's path, the counts and each reason a cell was not
     measured."""
     from avbench.metrics.quality import fill_identity
