@@ -9,6 +9,7 @@ import errno
 import importlib
 import os
 import sys
+from pathlib import Path
 
 import typer
 
@@ -24,8 +25,9 @@ app = typer.Typer(
 
 # Command groups, one module each under avbench/commands/ (registered if present).
 _COMMAND_MODULES = (
-    "sweep", "answer", "workloads", "lab", "loadgen", "doctor", "nightly", "estimator", "quality",
-    "predict", "sanity",
+    "pairs", "plan", "sweep", "report", "recommend", "workloads", "trace", "lossless", "tables",
+    "loadgen", "doctor", "preflight", "compare", "merge", "estimator", "quality", "predict",
+    "sanity",
 )  # fmt: skip
 
 for _name in _COMMAND_MODULES:
@@ -50,7 +52,7 @@ def _secrets_in_use() -> list[str]:
         try:
             from avbench.apikey import read_key_file
 
-            keys.append(read_key_file(path))
+            keys.append(read_key_file(Path(path)))
         except AvbenchError:
             pass
     return [k for k in keys if k]

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from avbench.commands.request import Request, command
 
-def show(run: Path = typer.Argument(..., help="A run directory (results/<run-id>).")) -> None:
+
+class EstimatorShowRequest(Request):
+    run: Annotated[Path, typer.Argument(help="A run directory (results/<run-id>).")]
+
+
+@command(EstimatorShowRequest)
+def show(req: EstimatorShowRequest) -> None:
     """Print each cell's refit range, coefficient trajectory and final coefficients."""
     from avbench.capture import render_estimator
 
-    typer.echo(render_estimator(run))
+    typer.echo(render_estimator(req.run))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,15 +8,20 @@ from typing import Annotated
 
 import typer
 
+from avbench.commands.request import Request, command
+
 quality_app = typer.Typer(help="Output-quality guard: identical outputs, GSM8K exact match.")
 
 
+class ExplainRequest(Request):
+    run: Annotated[Path, typer.Argument(help="Run directory (results/<run-id>)")]
+    limit: Annotated[int, typer.Option(min=1, help="Differing outputs to explain")] = 50
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts")] = False
+
+
 @quality_app.command("explain")
-def explain(
-    run: Annotated[Path, typer.Argument(help="Run directory (results/<run-id>)")],
-    limit: Annotated[int, typer.Option(min=1, help="Differing outputs to explain")] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts")] = False,
-) -> None:
+@command(ExplainRequest)
+def explain(req: ExplainRequest) -> None:
     """For each temperature-0 output that differs from the baseline's: the target's top-1
     minus top-2 logit at the first differing position (offline, transformers), beside the
     margins at every other position of the same outputs."""
@@ -25,13 +30,14 @@ def explain(
     from avbench.explain import explain_run
     from avbench.report.quality import NEAR_TIES
 
-    ex = explain_run(run, limit)
+    run = req.run
+    ex = explain_run(run, req.limit)
     summary = ex.summary()
     # Kept beside the run for the report's quality section.
     (run / NEAR_TIES).write_text(
         json.dumps({"summary": summary, "ties": [asdict(t) for t in ex.ties]}, indent=1)
     )
-    if as_json:
+    if req.as_json:
         typer.echo(json.dumps({"summary": summary, "ties": [asdict(t) for t in ex.ties]}))
         return
     if not ex.compared:

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import field_validator
 
 from avbench.commands.listing import JsonOpt, print_json, print_table
+from avbench.commands.request import Request, command, invalid
 from avbench.errors import WorkloadError
-from avbench.inputs import check_non_negative
 
 workloads_app = typer.Typer(
     name="workloads",
@@ -36,12 +37,21 @@ def resolve_workload(name: str):
 @workloads_app.callback(invoke_without_command=True)
 def _default(ctx: typer.Context, as_json: Annotated[bool, JsonOpt] = False) -> None:
     if ctx.invoked_subcommand is None:
-        list_workloads(as_json)
+        _list(as_json)
+
+
+class ListRequest(Request):
+    as_json: Annotated[bool, JsonOpt] = False
 
 
 @workloads_app.command("list")
-def list_workloads(as_json: Annotated[bool, JsonOpt] = False) -> None:
+@command(ListRequest)
+def list_workloads(req: ListRequest) -> None:
     """List the workloads avbench knows by name."""
+    _list(req.as_json)
+
+
+def _list(as_json: bool) -> None:
     known = sorted(known_workloads().items())
     if as_json:
         print_json([spec.model_dump(mode="json") for _, spec in known])
@@ -66,45 +76,57 @@ def list_workloads(as_json: Annotated[bool, JsonOpt] = False) -> None:
     )
 
 
-@workloads_app.command("show")
-def show(
-    name: Annotated[str, typer.Argument(help="workload name (see `avbench workloads`)")],
+class ShowRequest(Request):
+    name: Annotated[str, typer.Argument(help="workload name (see `avbench workloads`)")]
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="prepared data directory (SPEED-Bench)")
-    ] = None,
+    ] = None
     tokenizer: Annotated[
         Path | None,
         typer.Option("--tokenizer", help="local tokenizer dir to count input tokens with"),
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help="shuffle seed (default: the workload's)")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="keep the first N")] = None,
+    ] = None
+    seed: Annotated[int | None, typer.Option(help="shuffle seed (default: the workload's)")] = None
+    limit: Annotated[int | None, typer.Option(min=1, help="keep the first N")] = None
     max_input_tokens: Annotated[
         int | None, typer.Option(min=1, help="input cap (default: the workload's)")
-    ] = None,
-    sample_chars: Annotated[int, typer.Option(min=20, help="truncate the sample prompt")] = 600,
-) -> None:
+    ] = None
+    sample_chars: Annotated[int, typer.Option(min=20, help="truncate the sample prompt")] = 600
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int | None) -> int | None:
+        if v is not None and v < 0:
+            raise ValueError(f"expected an integer >= 0, got {v}")
+        return v
+
+    def spec_update(self) -> dict[str, object]:
+        """The workload fields this request sets."""
+        given = {
+            "data_dir": self.data_dir,
+            "seed": self.seed,
+            "limit": self.limit,
+            "max_input_tokens": self.max_input_tokens,
+        }
+        return {k: v for k, v in given.items() if v is not None}
+
+
+@workloads_app.command("show")
+@command(ShowRequest)
+def show(req: ShowRequest) -> None:
     """Load a workload and print count, categories, prompt lengths, turns, source, a sample."""
     from pydantic import ValidationError
 
-    from avbench.inputs import validation_error
     from avbench.workloads.registry import load_workload
 
-    check_non_negative(seed, "--seed")
-    spec = resolve_workload(name)
-    overrides = {
-        "data_dir": data_dir,
-        "seed": seed,
-        "limit": limit,
-        "max_input_tokens": max_input_tokens,
-    }
-    updates = {k: v for k, v in overrides.items() if v is not None}
-    if updates:  # re-validated, so a bad override fails like a bad suite field
+    spec = resolve_workload(req.name)
+    update = req.spec_update()
+    if update:  # re-validated, so a bad override fails like a bad suite field
         try:
-            spec = type(spec).model_validate({**spec.model_dump(), **updates})
+            spec = type(spec).model_validate(spec.model_copy(update=update).model_dump())
         except ValidationError as exc:
-            raise validation_error(exc, "option") from None
-    loaded = load_workload(spec, tokenizer=tokenizer)
-    _print(loaded, sample_chars)
+            raise invalid(exc, "option") from None
+    loaded = load_workload(spec, tokenizer=req.tokenizer)
+    _print(loaded, req.sample_chars)
 
 
 def _print(loaded, sample_chars: int) -> None:

@@ -26,11 +26,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from avbench.errors import AvbenchError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from avbench.estimator.online import ReplayResult
 
 F_CLAMP = 40.0
 
@@ -108,7 +114,7 @@ def expected_acceptance(p, q):
     return np.minimum(p, q).sum(-1)
 
 
-def draft_features(logits, temperature: float) -> dict[str, object]:
+def draft_features(logits, temperature: float) -> dict[str, Tensor]:
     """q_max, f = m* - logsumexp(others) (clamped), entropy of the scaled distribution."""
     import torch
 
@@ -168,14 +174,14 @@ def prefix_caches(target, drafter, ids, rows: int) -> tuple:
 
 @dataclass
 class StepResult:
-    drafts: object  # LongTensor (B, K)
-    n_accepted: object  # LongTensor (B,)
-    final: object  # LongTensor (B,) the resampled or bonus token
-    q_max: object  # (B, K) float64
-    f: object
-    entropy: object
-    q_sampled: object
-    expected: object  # (B, K) sum_x min(p, q) of each draft position
+    drafts: Tensor  # LongTensor (B, K)
+    n_accepted: Tensor  # LongTensor (B,)
+    final: Tensor  # LongTensor (B,) the resampled or bonus token
+    q_max: Tensor  # (B, K) float64
+    f: Tensor
+    entropy: Tensor
+    q_sampled: Tensor
+    expected: Tensor  # (B, K) sum_x min(p, q) of each draft position
 
 
 def spec_step(
@@ -255,10 +261,14 @@ def emitted_tokens(res: StepResult, row: int) -> list[int]:
 @dataclass
 class _Request:
     rid: str
-    ids: object  # LongTensor (1, L)
+    ids: Tensor  # LongTensor (1, L)
     prompt_len: int
     caches: tuple | None = None
     done: bool = False
+
+
+_LABEL_COLUMNS = ("request_id", "step", "position", "label", "q_max", "f", "q_sampled", "entropy",
+                  "expected")  # fmt: skip
 
 
 def trace_pair(
@@ -281,7 +291,6 @@ def trace_pair(
         raise TraceError("no prompts to trace")
     dev = _device(target)
     gen = torch.Generator(device=dev).manual_seed(cfg.seed)
-    eos = set(int(e) for e in eos_token_ids)
     queue = [
         _Request(
             f"{ids['workload_id']}/{i}",
@@ -292,20 +301,8 @@ def trace_pair(
     ]
     for r in queue:
         r.prompt_len = r.ids.shape[1]
-    cols: dict[str, list] = {
-        k: []
-        for k in (
-            "request_id",
-            "step",
-            "position",
-            "label",
-            "q_max",
-            "f",
-            "q_sampled",
-            "entropy",
-            "expected",
-        )
-    }
+    cols: dict[str, list] = {k: [] for k in _LABEL_COLUMNS}
+    eos = set(int(e) for e in eos_token_ids)
     active: list[_Request] = []
     step = 0
     t0 = time.monotonic()
@@ -313,31 +310,54 @@ def trace_pair(
         while queue and len(active) < cfg.concurrency:
             active.append(queue.pop(0))
         for r in active:
-            res, r.caches = spec_step(target, drafter, r.ids, cfg, gen, r.caches)
-            a = int(res.n_accepted[0])
-            n_lab = min(a + 1, cfg.num_draft)
-            cols["request_id"] += [r.rid] * n_lab
-            cols["step"] += [step] * n_lab
-            cols["position"] += list(range(1, n_lab + 1))
-            cols["label"] += [1] * a + [0] * (n_lab - a)
-            for key in ("q_max", "f", "q_sampled", "entropy", "expected"):
-                cols[key] += getattr(res, key)[0, :n_lab].tolist()
-            new = emitted_tokens(res, 0)
-            if eos:
-                cut = next((i for i, t in enumerate(new) if t in eos), None)
-                if cut is not None:
-                    new, r.done = new[: cut + 1], True
-            r.ids = torch.cat([r.ids, torch.tensor([new], device=dev)], dim=1)
-            if r.ids.shape[1] - r.prompt_len >= cfg.max_new_tokens:
-                r.done = True
+            _step_request(r, (target, drafter, gen), cfg, eos, _Labels(cols, step))
         active = [r for r in active if not r.done]
         step += 1
         if progress and step % 50 == 0:
             progress(
                 f"{ids['workload_id']}: step {step}, {len(cols['step'])} labeled drafts, {time.monotonic() - t0:.0f}s"
             )
+    return _drafts_frame(cols, ids, cfg.temperature)
+
+
+@dataclass
+class _Labels:
+    """Where one engine step's labeled drafts go."""
+
+    cols: dict[str, list]
+    step: int
+
+    def add(self, rid: str, res: StepResult, n_accepted: int, num_draft: int) -> None:
+        """Positions 1..a accepted, position a+1 rejected (when within K): K labels at most."""
+        n_lab = min(n_accepted + 1, num_draft)
+        self.cols["request_id"] += [rid] * n_lab
+        self.cols["step"] += [self.step] * n_lab
+        self.cols["position"] += list(range(1, n_lab + 1))
+        self.cols["label"] += [1] * n_accepted + [0] * (n_lab - n_accepted)
+        for key in ("q_max", "f", "q_sampled", "entropy", "expected"):
+            self.cols[key] += getattr(res, key)[0, :n_lab].tolist()
+
+
+def _step_request(r: _Request, models: tuple, cfg: TraceConfig, eos: set[int], labels: _Labels):
+    """One speculative step of request ``r``: its labels recorded, its tokens appended."""
+    import torch
+
+    target, drafter, gen = models
+    res, r.caches = spec_step(target, drafter, r.ids, cfg, gen, r.caches)
+    labels.add(r.rid, res, int(res.n_accepted[0]), cfg.num_draft)
+    new = emitted_tokens(res, 0)
+    if eos:
+        cut = next((i for i, t in enumerate(new) if t in eos), None)
+        if cut is not None:
+            new, r.done = new[: cut + 1], True
+    r.ids = torch.cat([r.ids, torch.tensor([new], device=r.ids.device)], dim=1)
+    if r.ids.shape[1] - r.prompt_len >= cfg.max_new_tokens:
+        r.done = True
+
+
+def _drafts_frame(cols: dict[str, list], ids: dict[str, str], temperature: float) -> pd.DataFrame:
     n = len(cols["step"])
-    df = pd.DataFrame(
+    return pd.DataFrame(
         {
             "run_id": ids["run_id"],
             "pair_id": ids["pair_id"],
@@ -352,11 +372,10 @@ def trace_pair(
             "entropy": np.asarray(cols["entropy"], dtype=np.float64),
             "estimator_pred": np.full(n, np.nan),
             "head_score": np.full(n, np.nan),
-            "temperature": np.full(n, float(cfg.temperature)),
+            "temperature": np.full(n, float(temperature)),
             "expected_accept": np.asarray(cols["expected"], dtype=np.float64),
         }
     )
-    return df
 
 
 # ----------------------------------------------------------------------------- distribution test
@@ -495,9 +514,12 @@ class PairPaths:
 
 
 def resolve_pair(
-    pair: str | None, target: Path | None = None, drafter: Path | None = None
+    pair: str | None,
+    target: Path | None = None,
+    drafter: Path | None = None,
+    suites: Path | None = None,
 ) -> PairPaths:
-    """``tiny-cpu`` is the pair shipped in the package; otherwise explicit model dirs."""
+    """Explicit model dirs when given (``pair`` is then a label), else the suite's pair."""
     if target is not None or drafter is not None:
         if target is None or drafter is None:
             raise TraceError("--target and --drafter must be given together")
@@ -511,14 +533,27 @@ def resolve_pair(
         return PairPaths(
             pair or f"{Path(target).name}+{Path(drafter).name}", Path(target), Path(drafter)
         )
-    if pair == "tiny-cpu":
-        from avbench.assets import tiny_pair_dir
+    return _suite_pair(pair or "tiny-cpu", suites)
 
-        root = tiny_pair_dir()
-        return PairPaths("tiny-cpu", root / "target", root / "drafter")
-    raise TraceError(
-        f"--pair {pair!r}: unknown pair; use 'tiny-cpu' or give --target and --drafter model dirs"
-    )
+
+def _suite_pair(name: str, suites: Path | None) -> PairPaths:
+    """The models of pair ``name`` of the suite (pairs.toml), as vLLM would be given them."""
+    from avbench.suite import load_suite
+
+    try:
+        found = load_suite(suites).pair(name)
+    except AvbenchError as exc:
+        raise TraceError(
+            f"--pair {name!r}: {exc}; or give --target and --drafter model dirs"
+        ) from None
+    if found.drafter is None:
+        raise TraceError(
+            f"--pair {name!r}: its {found.method} drafter is inside the target; the trace needs "
+            "a separate drafter model (give --target and --drafter)"
+        )
+    target, drafter = found.resolve(found.target), found.resolve(found.drafter)
+    assert target is not None and drafter is not None
+    return PairPaths(name, Path(target), Path(drafter))
 
 
 def load_model(path: Path, device: str = "cpu", dtype: str = "float32"):
@@ -528,7 +563,7 @@ def load_model(path: Path, device: str = "cpu", dtype: str = "float32"):
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     except (OSError, ValueError) as exc:
         raise TraceError(f"{path}: cannot load a causal LM ({str(exc).splitlines()[0]})") from None
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers types `to` as unbound
 
 
 def load_tokenizer(path: Path):
@@ -602,7 +637,7 @@ def estimator_log_frame(ids: dict[str, str], result) -> pd.DataFrame:
 
 def finish_trace(
     df: pd.DataFrame, out_dir: Path, ids: dict[str, str], k: int
-) -> tuple[Path, Path, object]:
+) -> tuple[Path, Path, ReplayResult]:
     """Fill the estimator prediction by replay and write the drafts and the estimator log."""
     from avbench.estimator.drafts import (
         DRAFTS_SUFFIX,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.commands.sweep import merge_sequential
+from avbench.commands.resolve import merge_sequential
 from avbench.errors import AvbenchError
 from avbench.testing.cli import run_cli
 

@@ -1,0 +1,214 @@
+"""`avbench plan`: the cells a sweep would run, each arm's server command and the work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from avbench.commands.listing import JsonOpt, print_json, print_table
+from avbench.commands.request import (
+    RATES_HELP,
+    IntList,
+    NameList,
+    RateList,
+    Request,
+    Suites,
+    VllmPython,
+    command,
+)
+from avbench.errors import AvbenchError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from avbench.commands.resolve import Resolved
+    from avbench.plan import Cell
+    from avbench.plan_cost import PlanWork
+
+
+class PlanRequest(Request):
+    pair: Annotated[str, typer.Option("--pair", help="Pair id (see `avbench pairs`)")]
+    sweep: Annotated[str | None, typer.Option("--sweep", help="Sweep id (default: the pair's)")] = (
+        None
+    )
+    suites: Suites = None
+    workloads: Annotated[NameList, typer.Option(help="Comma-separated workload ids")] = None
+    concurrencies: Annotated[IntList, typer.Option(help="e.g. 1,4,16")] = None
+    rates: Annotated[RateList, typer.Option(help=RATES_HELP)] = None
+    k_values: Annotated[IntList, typer.Option("--k", help="Static K list, e.g. 1,3")] = None
+    from_run: Annotated[
+        Path | None,
+        typer.Option("--from", help="Previous run whose measured speed prices the wall time"),
+    ] = None
+    vllm_python: VllmPython = None  # type: ignore[assignment]
+    as_json: Annotated[bool, JsonOpt] = False
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """What the second half of `avbench plan` prints from."""
+
+    resolved: Resolved
+    cells: list[Cell]
+    python: str
+    from_run: Path | None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
+
+
+@command(PlanRequest)
+def plan(req: PlanRequest) -> None:
+    """Print the cells a sweep would run, each arm's server command and the work, without
+    running them."""
+    from rich.console import Console
+
+    from avbench.commands.resolve import load_update, resolve
+    from avbench.plan import arms_for, build_plan
+
+    update = load_update(req.workloads, req.concurrencies, req.rates, req.k_values)
+    got = resolve(req.suites, req.pair, req.sweep, update)
+    cells = build_plan(got.pair, got.sweep)
+    arm_names = [a.name for a in arms_for(got.pair, got.sweep)]
+    if req.as_json:
+        print_json(
+            {
+                "pair": got.pair.name,
+                "sweep": got.sweep.name,
+                "arms": arm_names,
+                "sampling": got.sweep.sampling.model_dump(mode="json"),
+                "cells": [c.to_dict() for c in cells],
+            }
+        )
+        return
+    _print_cells(got, cells, arm_names)
+    view = PlanView(got, cells, req.vllm_python, req.from_run)
+    print_plan_work(Console(highlight=False, soft_wrap=True), view)
+
+
+def _print_cells(got: Resolved, cells: list[Cell], arm_names: list[str]) -> None:
+    from rich.console import Console
+
+    p, s = got.pair, got.sweep
+    rows = []
+    for i, c in enumerate(cells):
+        load = f"c={c.concurrency}" if c.rate is None else f"{c.rate:g} req/s"
+        rows.append(
+            [str(i), c.arm, c.workload, load, str(c.num_requests), str(c.warmup), str(c.repeat)]
+        )
+    print_table(
+        f"plan: pair {p.name}, sweep {s.name}: {len(cells)} cells, arms {', '.join(arm_names)}",
+        ("#", "arm", "workload", "load", "requests", "warmup", "repeat"),
+        rows,
+        ids=("arm", "workload"),
+    )
+    smp = s.sampling
+    Console().print(
+        f"sampling: temperature {smp.temperature}, top_p {smp.top_p}, max_tokens {smp.max_tokens}"
+        f", ignore_eos {smp.ignore_eos}"
+    )
+    if s.sequential is not None:
+        q = s.sequential
+        Console().print(
+            f"sequential cells: each runs until the 95% intervals of {' and '.join(q.metrics)} "
+            f"are within ±{q.target:.1%}, or {q.max_requests} requests, or {q.max_time_s:g} s: "
+            "the requests and work shown are ceilings",
+            highlight=False,
+        )
+
+
+def print_plan_work(console: Console, view: PlanView) -> None:
+    """`avbench plan`'s second half: each arm's server command, then the work and its time."""
+    import shlex
+
+    from avbench import checkpoints
+
+    work = _plan_work(view)
+    pair = view.resolved.pair
+    console.print("server command per arm (port chosen at run time):")
+    for a in work.arms:
+        note = f"  [unsupported here, not started: {a.unsupported}]" if a.unsupported else ""
+        console.print(f"  {a.arm}: {shlex.join(a.command or [])}{note}", markup=False)
+    for role, ref in (("target", pair.target), ("drafter", pair.drafter)):
+        line = checkpoints.describe(role, ref)
+        if line:
+            console.print(f"  {line}", markup=False)
+    unknown = (
+        f" (counting one turn for {', '.join(work.unknown_turns)}: not available here)"
+        if work.unknown_turns
+        else ""
+    )
+    console.print(
+        f"work: {work.requests:,} requests (warmup included), at most "
+        f"{work.max_output_tokens:,} output tokens{unknown}, {work.server_starts} server starts",
+        markup=False,
+    )
+    if view.from_run is not None:
+        _print_wall_time(console, view, work)
+
+
+def _plan_work(view: PlanView) -> PlanWork:
+    """Each arm's server command (and why this vLLM cannot run it), and the work."""
+    from avbench.errors import UnsupportedArm
+    from avbench.plan import Arm
+    from avbench.plan_cost import plan_work
+    from avbench.server import build_command, check_arm_supported, probe_vllm
+
+    pair, sweep = view.resolved.pair, view.resolved.sweep
+    try:
+        install = probe_vllm(view.python)
+    except AvbenchError:
+        install = None
+    commands: dict[str, list[str] | None] = {}
+    unsupported: dict[str, str] = {}
+    for name in dict.fromkeys(c.arm for c in view.cells):
+        arm = Arm.parse(name)
+        commands[name] = build_command(pair, arm, port=8000, python=view.python, sweep=sweep)
+        if install is not None and install.distribution is not None:
+            try:
+                check_arm_supported(pair, arm, install)
+            except UnsupportedArm as exc:
+                unsupported[name] = str(exc)
+    return plan_work(
+        view.cells,
+        max_tokens=sweep.sampling.max_tokens,
+        turns=_turns(view.resolved),
+        commands=commands,
+        unsupported=unsupported,
+    )
+
+
+def _turns(got: Resolved) -> dict[str, int | None]:
+    """The most turns of a conversation per workload; None where it cannot be loaded here."""
+    from avbench.workloads.registry import LOADERS
+
+    turns: dict[str, int | None] = {}
+    for w in got.sweep.workloads:
+        spec = got.suite.workloads[w]
+        try:
+            turns[w] = max(len(c.turns) for c in LOADERS[spec.dataset].load(spec).conversations)
+        except Exception:  # not available here: the bound counts one turn and says so
+            turns[w] = None
+    return turns
+
+
+def _print_wall_time(console: Console, view: PlanView, work: PlanWork) -> None:
+    from avbench.plan_cost import estimate_wall_time, format_duration
+    from avbench.store import RunStore
+
+    assert view.from_run is not None
+    store = RunStore.open(view.from_run)
+    try:
+        est = estimate_wall_time(view.cells, work, store.cells_frame(), store.read_manifest())
+    except ValueError as exc:
+        raise AvbenchError(f"--from {view.from_run}: {exc}") from None
+    console.print(
+        f"estimated wall time: {format_duration(est.seconds)} from run {store.root.name} "
+        f"({est.cells_priced} cells priced from the same cell, {est.cells_fallback} from a "
+        f"coarser match; {format_duration(est.server_start_s)} per server start)",
+        markup=False,
+    )
