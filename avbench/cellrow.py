@@ -135,6 +135,7 @@ COLUMNS: tuple[Column, ...] = (
 )
 # fmt: on
 
+
 # ----------------------------------------------------------------------------- a measured row
 # The parts a measured cell's row is made of, each field one column of COLUMNS above (a test
 # checks that every field is defined there); MeasuredRow puts them together in one row.

@@ -51,7 +51,9 @@ class CellFailure(BaseModel):
 
     @classmethod
     def of(cls, cell: Cell, kind: FailureKind, reason: str, **details: object) -> CellFailure:
-        return cls.model_validate(cell.to_dict() | details | {"failure_kind": kind, "reason": reason})
+        return cls.model_validate(
+            cell.to_dict() | details | {"failure_kind": kind, "reason": reason}
+        )
 
     def to_row(self) -> dict[str, Any]:
         """The stored row: the columns that were given, under their stored names."""

@@ -98,7 +98,7 @@ class ProfileCounts:
                 "(is it serving with --speculative-config?)"
             )
         per_pos = tuple(int(d.accepted_per_pos.get(i, 0)) for i in range(k))
-        return cls(profile, k, int(d.drafts), int(d.draft_tokens or 0), int(d.accepted or 0),
+        return cls(profile, k, int(d.drafts or 0), int(d.draft_tokens or 0), int(d.accepted or 0),
                    per_pos)  # fmt: skip
 
     @property

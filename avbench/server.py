@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
@@ -179,10 +179,15 @@ def check_arm_supported(pair: Pair, arm: Arm, install: VllmInstall) -> None:
 def missing_checkpoints(pair: Pair, arm: Arm) -> list[tuple[str, str]]:
     """(id, one line) per checkpoint of the arm that cannot be handed to vLLM here (a
     repository sub-folder not downloaded: ``avbench.checkpoints``), the line saying the fix."""
-    refs = [("target", pair.target)]
+    refs: list[tuple[str, str | None]] = [("target", pair.target)]
     if arm.kind != "baseline":
         refs.append(("drafter", pair.drafter))
-    return [(ref, line) for role, ref in refs if ref and (line := checkpoints.missing(role, ref))]
+    out: list[tuple[str, str]] = []
+    for role, ref in refs:
+        line = checkpoints.missing(role, ref) if ref else None
+        if ref and line:
+            out.append((ref, line))
+    return out
 
 
 # ----------------------------------------------------------------------------- command line
@@ -462,7 +467,7 @@ class ServerProcess:
 
     def _copy_log(self) -> None:
         assert self.proc and self.proc.stdout
-        fh = self.log_path.open("a", encoding="utf-8", errors="replace")
+        fh: TextIO | None = self.log_path.open("a", encoding="utf-8", errors="replace")
         # Keep draining the pipe even when the log cannot be written (disk full): a server
         # blocked on a full pipe would stall the run.
         for raw in self.proc.stdout:
