@@ -18,7 +18,7 @@ the measured cell), and the test suite fails on it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -134,6 +134,95 @@ COLUMNS: tuple[Column, ...] = (
     Column("acceptance_length_ci95", Number, "tokens/step", "predicted: half-width of the 95% bootstrap interval of acceptance_length (resampling verify events)."),
 )
 # fmt: on
+
+
+# ----------------------------------------------------------------------------- a measured row
+# The parts a measured cell's row is made of, each field one column of COLUMNS above (a test
+# checks that every field is defined there); MeasuredRow puts them together in one row.
+@dataclass(frozen=True)
+class ArmPart:
+    """Which run and server measured the cell."""
+
+    run_id: str
+    pair: str
+    arm_kind: str
+    k: int
+    speculative_config: dict[str, Any] | None  # None: attached to someone else's server
+    gpus: int
+
+    def columns(self) -> dict[str, Any]:
+        return asdict(self) | {
+            "per_position_note": (
+                "unconditional accepted/drafts; under AV 'not accepted' mixes trimmed and rejected"
+                if self.arm_kind == "av"
+                else "unconditional accepted/drafts"
+            ),
+            "acceptance_rate_per": None
+            if self.arm_kind == "baseline"
+            else ("scheduled draft" if self.arm_kind == "av" else "verified draft"),
+        }
+
+
+@dataclass(frozen=True)
+class ProvenancePart:
+    """How the load driver measured (docs/measurement.md)."""
+
+    transport: str | None
+    event_loop: str | None
+    timestamp_source: str | None
+    avbench_version: str | None
+    avbench_commit: str | None
+
+
+@dataclass(frozen=True)
+class SamplingPart:
+    """What every request of the cell asked for."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    ignore_eos: bool
+    chat_template_kwargs: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class WorkloadPart:
+    """What the cell sent."""
+
+    api: str
+    input_len: int | None
+    output_len: int | None
+    len_range: float | None
+    conversations_cycled: bool
+    prompts_sha256: str
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """A measured cell's row: the plan's columns, the typed parts, then the computed columns
+    (metrics, sequential, per-turn, output quality), later ones winning a shared name."""
+
+    cell: dict[str, Any]  # Cell.to_dict(): what the plan says the cell is
+    arm: ArmPart
+    provenance: ProvenancePart
+    window_s: float
+    sampling: SamplingPart
+    workload: WorkloadPart
+    metrics: dict[str, Any]
+    metric_notes: list[str] | None
+    sequential: dict[str, Any]
+    per_turn: dict[str, Any]
+    quality: dict[str, Any]
+
+    def row(self) -> dict[str, Any]:
+        parts = self.arm.columns() | asdict(self.provenance) | {"window_s": self.window_s}
+        parts |= asdict(self.sampling) | asdict(self.workload)
+        row = self.cell | parts | self.metrics | {"metric_notes": self.metric_notes}
+        return row | self.sequential | self.per_turn | self.quality
+
+
+ROW_PARTS = (ArmPart, ProvenancePart, SamplingPart, WorkloadPart)
+
 
 # Latency and volume columns repeated per turn for multi-turn workloads (MT-Bench): a second
 # turn has a longer prompt (the first answer is in it), so its TTFT is not the first turn's.

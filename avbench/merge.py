@@ -78,9 +78,9 @@ def merge_runs(runs: list[Path], out: Path) -> MergeResult:
             _append(merged.cells_path, row | _origin(sid, cid, new))
             n_cells += 1
         for f in store.failures():
-            cid = f.get("cell_id", "")
+            cid = f.cell_id
             new = f"{pair}__{cid}" if prefix else cid
-            _append(merged.failures_path, f | _origin(sid, cid, new))
+            _append(merged.failures_path, f.to_row() | _origin(sid, cid, new))
             n_failures += 1
         _copy_source(store, merged.root / "sources" / sid)
     return MergeResult(merged, n_cells, n_failures, ids)

@@ -18,29 +18,30 @@ when a synthetic workload needs it.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import signal
 import sys
-import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 from pydantic import SecretStr
 
-from avbench.capture import arm_capture, capture_env, file_cell, settings_for
+from avbench.arm_session import ArmSession, Failed, SweepOutcome, SweepRun
+from avbench.capture import arm_capture, settings_for
+from avbench.cell_run import CellSettings, Target
+from avbench.cellrow import ProvenancePart
 from avbench.cpu_layout import apply, layout_for, release
 from avbench.errors import AvbenchError, ServerError, StoreError, UnsupportedArm, save_traceback
+from avbench.failures import FailureKind
 from avbench.inputs import check_api_key, check_endpoint, check_port, check_positive
-from avbench.loadgen.config import EndpointConfig, SamplingParams
 from avbench.plan import Arm, Cell, build_plan
 from avbench.progress import SweepReporter
-from avbench.records import RequestRecord
 from avbench.server import (
+    Launch,
     ServerProcess,
+    arm_server,
     build_command,
     build_env,
     check_arm_supported,
@@ -49,7 +50,6 @@ from avbench.server import (
     redact,
     require_free_port,
     require_vllm,
-    speculative_config,
 )
 from avbench.store import (
     RunStore,
@@ -62,11 +62,10 @@ from avbench.store import (
     versions,
 )
 from avbench.suite import MAX_PARALLEL, Pair, Sweep
-from avbench.workloads.base import Conversation
 from avbench.workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
-    from avbench.loadgen.client import Stop
+    from avbench.capture import ArmCapture
 
 
 @dataclass
@@ -86,33 +85,6 @@ class SweepOptions:
     ready_timeout_s: float | None = None
     served_model: str | None = None  # attach: what the endpoint serves (found by the probe)
     capture_dir: Path | None = None  # attach: where that server's avbench plugin writes
-
-
-@dataclass
-class SweepOutcome:
-    store: RunStore
-    finished: list[dict] = field(default_factory=list)
-    failed: list[dict] = field(default_factory=list)
-    unsupported: list[dict] = field(default_factory=list)  # reported, not failures
-    skipped: int = 0
-
-    def counts(self) -> dict[str, int]:
-        return {
-            "measured": len(self.finished),
-            "failed": len(self.failed),
-            "unsupported": len(self.unsupported),
-            "already_done": self.skipped,
-        }
-
-
-@dataclass
-class CellMeasurement:
-    """What one cell produced, before it is judged measured or failed."""
-
-    row: dict
-    records: list[RequestRecord]
-    scrapes: dict[str, str | None]
-    stop: Stop | None = None  # the drive ended early: the server stalled, or the cell deadline
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -404,24 +376,22 @@ def _execute(
         reporter.warning(text)
     secrets = _secrets(opts)
     try:
-        finished = store.finished_cells()
-        workloads = _WorkloadCache(opts, store, plan)
+        run = SweepRun(
+            store=store,
+            settings=_cell_settings(opts),
+            workloads=_WorkloadCache(opts, store, plan),
+            reporter=reporter,
+            outcome=outcome,
+            secrets=secrets,
+            provenance=ProvenancePart(**measurement_provenance(_base_url(opts))),
+            finished=store.finished_cells(),
+        )
         for (_repeat, arm_name), group in itertools.groupby(plan, key=lambda c: (c.repeat, c.arm)):
             cells = list(group)
-            todo = [c for c in cells if c.id not in finished]
+            todo = [c for c in cells if c.id not in run.finished]
             outcome.skipped += len(cells) - len(todo)
             if todo:
-                _run_arm(
-                    store,
-                    opts,
-                    Arm.parse(arm_name),
-                    todo,
-                    install,
-                    workloads,
-                    secrets,
-                    reporter,
-                    outcome,
-                )
+                _run_arm(run, opts, Arm.parse(arm_name), todo, install)
     except KeyboardInterrupt:
         store.update_manifest(status="interrupted", ended_at=utcnow(), counts=outcome.counts())
         raise
@@ -439,6 +409,22 @@ def _execute(
     status = "finished" if not outcome.failed else "finished_with_failures"
     store.update_manifest(status=status, ended_at=utcnow(), counts=outcome.counts())
     return outcome
+
+
+def _cell_settings(opts: SweepOptions) -> CellSettings:
+    return CellSettings(
+        pair=opts.pair,
+        sweep=opts.sweep,
+        workloads=opts.workloads,
+        api_key=opts.api_key,
+        attached=opts.endpoint is not None,
+        gpus=_gpus(opts),
+    )
+
+
+def _base_url(opts: SweepOptions) -> str:
+    """Where every arm's cells go: the endpoint, or where each launched server listens."""
+    return opts.endpoint.rstrip("/") if opts.endpoint else f"http://{opts.host}:{opts.port}"
 
 
 def capture_warnings(opts: SweepOptions, install) -> list[str]:
@@ -467,149 +453,82 @@ def _mark_failed(store: RunStore, outcome: SweepOutcome, error: str) -> None:
         pass
 
 
-def _fail_cells(store, cells, reason, kind, reporter, outcome) -> None:
-    """Record every cell of an arm that could not run; the arm's failure was already shown."""
-    for c in cells:
-        row = c.to_dict() | {"reason": reason, "failure_kind": kind}
-        store.write_failure(row)
-        (outcome.unsupported if kind == "unsupported" else outcome.failed).append(row)
-
-
-def _run_arm(store, opts, arm, cells, install, workloads, secrets, reporter, outcome) -> None:
-    pair = opts.pair
-    headers = _auth_headers(opts)
+def _run_arm(run: SweepRun, opts: SweepOptions, arm: Arm, cells: list[Cell], install) -> None:
     if opts.endpoint:
-        reporter.arm_started(arm.name, f"attached to {opts.endpoint}")
-        base_url = opts.endpoint.rstrip("/")
+        run.reporter.arm_started(arm.name, f"attached to {opts.endpoint}")
         model = opts.served_model or probe_endpoint(opts)
-        capture = arm_capture(store, opts, arm)
-        _run_cells(
-            store, opts, arm, cells, base_url, model, None, workloads, reporter, outcome, capture
-        )
+        target = Target(opts.endpoint.rstrip("/"), model, _auth_headers(opts))
+        ArmSession(run, arm, target, arm_capture(run.store, opts, arm)).run_cells(cells)
         return
+    refused = _refusal(opts.pair, arm, install)
+    if refused is not None:
+        run.fail(arm, cells, refused)
+        return
+    capture = arm_capture(run.store, opts, arm)
+    server = arm_server(opts.pair, arm, _launch(run, opts, arm, capture))
+    run.reporter.arm_started(
+        arm.name, f"starting vLLM on port {opts.port} (log: {server.log_path})"
+    )
+    try:
+        failed = _start(server, run, opts, arm)
+        if failed is not None:
+            run.fail(arm, cells, failed)
+            return
+        target = Target(server.base_url, opts.pair.model_name, _auth_headers(opts), server)
+        engine = _record_engine(run.store, arm, server, run.reporter)
+        ArmSession(run, arm, target, capture, engine).run_cells(cells)
+    finally:
+        server.stop()
+        if opts.pair.engine_cpus is not None:
+            release()
+
+
+def _refusal(pair: Pair, arm: Arm, install) -> Failed | None:
+    """Why this arm's server is not started at all, or None."""
     try:
         check_arm_supported(pair, arm, install)
     except UnsupportedArm as exc:
-        reporter.arm_failed(arm.name, f"unsupported: {exc}")
-        _fail_cells(store, cells, str(exc), "unsupported", reporter, outcome)
-        return
+        return Failed(FailureKind.UNSUPPORTED, str(exc), arm_note=f"unsupported: {exc}")
     missing = missing_checkpoints(pair, arm)
     if missing:  # vLLM would reject the command line at start (pre-flight says so first)
         reason = f"pair {pair.name}: {missing[0][1]}"
-        reporter.arm_failed(arm.name, reason)
-        _fail_cells(store, cells, reason, "server", reporter, outcome)
-        return
-    arm_dir = store.arm_dir(arm.name)
-    env = build_env(pair, arm, secrets[0] if secrets else None, opts.sweep)
-    capture = arm_capture(store, opts, arm)
-    if capture is not None:
-        env |= capture_env(capture.settings, capture.directory, env)
-    server = ServerProcess(
-        cmd=build_command(
-            pair, arm, port=opts.port, host=opts.host, python=opts.vllm_python, sweep=opts.sweep
-        ),
-        env=env,
+        return Failed(FailureKind.SERVER, reason, arm_note=reason)
+    return None
+
+
+def _launch(run: SweepRun, opts: SweepOptions, arm: Arm, capture: ArmCapture | None) -> Launch:
+    return Launch(
         port=opts.port,
+        log_path=run.store.arm_dir(arm.name) / "server.log",
         host=opts.host,
-        log_path=arm_dir / "server.log",
-        secrets=secrets,
-        ready_timeout_s=opts.ready_timeout_s or pair.ready_timeout_s,
+        python=opts.vllm_python,
+        sweep=opts.sweep,
+        api_key=run.secrets[0] if run.secrets else None,
+        capture=(capture.settings, capture.directory) if capture is not None else None,
+        ready_timeout_s=opts.ready_timeout_s,
     )
-    reporter.arm_started(arm.name, f"starting vLLM on port {opts.port} (log: {server.log_path})")
+
+
+def _start(server: ServerProcess, run: SweepRun, opts: SweepOptions, arm: Arm) -> Failed | None:
+    """Start the arm's server and wait for it (pinning its engine when the pair says so);
+    why the arm's cells fail when it does not come up."""
+    pair = opts.pair
     try:
-        try:
-            server.start()
-            server.wait_ready(headers)
-            if pair.engine_cpus is not None:
-                layout = layout_for(pair.engine_cpus, pair.name)
-                pinned = apply(layout, server.pgid)
-                detail = f"pinned {layout.describe()} ({pinned} engine processes)"
-                reporter.arm_started(arm.name, detail)
-        except ServerError as exc:
-            reason = redact(str(exc), secrets)
-            reporter.arm_failed(arm.name, reason)
-            _fail_cells(store, cells, reason, "server", reporter, outcome)
-            return
-        _run_cells(
-            store,
-            opts,
-            arm,
-            cells,
-            server.base_url,
-            pair.model_name,
-            server,
-            workloads,
-            reporter,
-            outcome,
-            capture=capture,
-        )
-    finally:
-        server.stop()
-        if pair.engine_cpus is not None:
-            release()
+        server.start()
+        server.wait_ready(_auth_headers(opts))
+        if pair.engine_cpus is not None and server.pgid is not None:
+            layout = layout_for(pair.engine_cpus, pair.name)
+            pinned = apply(layout, server.pgid)
+            detail = f"pinned {layout.describe()} ({pinned} engine processes)"
+            run.reporter.arm_started(arm.name, detail)
+    except ServerError as exc:
+        reason = redact(str(exc), run.secrets)
+        return Failed(FailureKind.SERVER, reason, arm_note=reason)
+    return None
 
 
 def _auth_headers(opts: SweepOptions) -> dict[str, str]:
     return {"Authorization": f"Bearer {opts.api_key.get_secret_value()}"} if opts.api_key else {}
-
-
-def _run_cells(
-    store, opts, arm, cells, base_url, model, server, workloads, reporter, outcome, capture=None
-) -> None:
-    secrets = _secrets(opts)
-    engine = _record_engine(store, arm, server, reporter)
-    for i, cell in enumerate(cells):
-        if server is not None and not server.alive():
-            reason = f"vLLM server died during the arm (exit code {server.exit_code})"
-            reporter.arm_failed(arm.name, reason + "; last log lines:\n" + server.log_tail())
-            for c in cells[i:]:
-                row = c.to_dict() | {"reason": reason, "failure_kind": "server_died"}
-                store.write_failure(row | {"log_tail": server.log_tail()})
-                outcome.failed.append(row)
-            return
-        reporter.cell_started(cell)
-        cell_started = time.time()
-        try:
-            measured = run_cell(store, opts, arm, cell, base_url, model, workloads, reporter)
-        except (KeyboardInterrupt, StoreError):
-            raise
-        except Exception as exc:  # one bad cell must not lose the others
-            died = _server_gone(server, base_url, opts, refused=0)
-            reason = died or redact(f"{type(exc).__name__}: {exc}", secrets)
-            detail = redact(traceback.format_exc(limit=6), secrets)
-            row = cell.to_dict() | {
-                "reason": reason,
-                "failure_kind": "server_died" if died else "cell",
-                "traceback": detail,
-            }
-            store.write_failure(row | _log_tail(server))
-            outcome.failed.append(row)
-            reporter.cell_failed(cell, reason)
-            if died and server is None:
-                _fail_cells(store, cells[i + 1 :], died, "server_died", reporter, outcome)
-                return
-            continue
-        verdict = judge_cell(measured, server, base_url, opts)
-        if verdict is None:
-            measured.row |= engine
-            if capture is not None:
-                measured.row |= _file_capture(store, cell, capture, cell_started, measured)
-            store.write_cell(measured.row, measured.records, measured.scrapes)
-            outcome.finished.append(measured.row)
-            reporter.cell_finished(cell, measured.row)
-            continue
-        kind, reason = verdict
-        counts = {k: measured.row.get(k) for k in ("requests_ok", "requests_failed")}
-        row = cell.to_dict() | {"reason": reason, "failure_kind": kind} | counts
-        store.write_failed_cell(row | _log_tail(server), measured.records)
-        outcome.failed.append(row)
-        reporter.cell_failed(cell, reason)
-        # A stalled server is not waited for again; attached, a dead one cannot be restarted.
-        if kind == "server_stalled" or (kind == "server_died" and server is None):
-            if kind == "server_stalled":
-                reporter.arm_failed(arm.name, f"{reason}; the arm's remaining cells are not run")
-            _fail_cells(store, cells[i + 1 :], reason, kind, reporter, outcome)
-            return
 
 
 def _record_engine(store: RunStore, arm: Arm, server, reporter: SweepReporter) -> dict:
@@ -643,64 +562,6 @@ def _record_engine(store: RunStore, arm: Arm, server, reporter: SweepReporter) -
     return choices
 
 
-def _file_capture(store, cell, capture, cell_started: float, measured) -> dict:
-    """The cell's live captures (avbench/capture.py); a capture problem never loses the cell."""
-    ids = [r.response_id for r in measured.records if not r.warmup and r.response_id]
-    try:
-        return file_cell(store.root, cell.id, cell.workload, capture, cell_started, ids)
-    except (AvbenchError, OSError) as exc:
-        return {"capture": list(capture.settings.kinds), "capture_failed": str(exc)[:300]}
-
-
-def _log_tail(server: ServerProcess | None) -> dict:
-    return {"log_tail": server.log_tail()} if server is not None else {}
-
-
-def _server_gone(server, base_url: str, opts: SweepOptions, refused: int) -> str | None:
-    """Why the server is gone, or None: the launched process exited, or (refused
-    connections seen) the endpoint no longer accepts connections at all."""
-    if server is not None and not server.alive():
-        return f"vLLM server died during the cell (exit code {server.exit_code})"
-    if refused:
-        try:
-            httpx.get(f"{base_url}/health", headers=_auth_headers(opts), timeout=5)
-        except httpx.HTTPError:
-            return (
-                f"server at {base_url} stopped answering during the cell ({refused} "
-                "request(s) could not connect)"
-            )
-    return None
-
-
-def judge_cell(
-    m: CellMeasurement, server: ServerProcess | None, base_url: str, opts: SweepOptions
-) -> tuple[str, str] | None:
-    """(failure_kind, reason) when the cell must not count as measured, else None."""
-    exited = server is not None and not server.alive()
-    if m.stop is not None and not exited:  # a frozen server may also refuse connections
-        return ("server_stalled" if m.stop.kind == "stalled" else "cell_deadline"), m.stop.reason
-    refused = sum(r.error_kind == "connect" for r in m.records)
-    gone = _server_gone(server, base_url, opts, refused)
-    if gone:
-        return "server_died", gone
-    measured = [r for r in m.records if not r.warmup]
-    failed = [r for r in measured if not r.ok]
-    limit = opts.sweep.max_failed_share
-    if measured and len(failed) <= limit * len(measured) and len(failed) < len(measured):
-        return None
-    kinds: dict[str, int] = {}
-    for r in failed:
-        kinds[r.error_kind or "unknown"] = kinds.get(r.error_kind or "unknown", 0) + 1
-    detail = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-    if not measured:
-        return "requests_failed", "no measured request"
-    return (
-        "requests_failed",
-        f"{len(failed)} of {len(measured)} measured requests failed "
-        f"({len(failed) / len(measured):.0%} > max_failed_share {limit:.0%}): {detail}",
-    )
-
-
 class _WorkloadCache:
     """Loads each workload once per run; every arm gets the same list in the same order."""
 
@@ -728,179 +589,3 @@ class _WorkloadCache:
             sources[name] = loaded.manifest()
             self.store.update_manifest(workload_sources=sources)
         return self._loaded[name]
-
-
-def select_conversations(
-    conversations: list[Conversation], warmup: int, n: int
-) -> tuple[list[Conversation], list[Conversation]]:
-    """Warmup takes the first prompts, the measured set the next n (cycling when short)."""
-    total = warmup + n
-    picked = list(itertools.islice(itertools.cycle(conversations), total))
-    return picked[:warmup], picked[warmup:]
-
-
-def per_turn_columns(records, window_s: float, gpus: int) -> dict:
-    """``turn<k>_<column>`` for each turn when the cell holds more than one turn."""
-    from avbench.cellrow import PER_TURN_COLUMNS
-    from avbench.metrics import compute_cell_metrics
-
-    turns = sorted({r.turn for r in records})
-    if len(turns) < 2:
-        return {}
-    out = {}
-    for t in turns:
-        m = compute_cell_metrics(
-            [r for r in records if r.turn == t],
-            window_s=window_s,
-            gpus=gpus,
-            counters_before=None,
-            counters_after=None,
-        )
-        out |= {f"turn{t + 1}_{c}": m.values.get(c) for c in PER_TURN_COLUMNS}
-    return out
-
-
-def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> CellMeasurement:
-    """Drive one cell and compute its row; the caller judges it and stores it."""
-    from avbench.loadgen.client import run_drive
-    from avbench.metrics import compute_cell_metrics
-
-    loaded = workloads.get(cell.workload, base_url, model)
-    spec = opts.workloads[cell.workload]
-    warm, measured = select_conversations(loaded.conversations, cell.warmup, cell.num_requests)
-    sampling: SamplingParams = opts.sweep.sampling
-    if opts.pair.chat_template_kwargs and sampling.chat_template_kwargs is None:
-        sampling = sampling.model_copy(
-            update={"chat_template_kwargs": opts.pair.chat_template_kwargs}
-        )
-    endpoint = EndpointConfig(
-        base_url=base_url,
-        model=model,
-        api=spec.api,
-        api_key=opts.api_key,
-        timeouts=opts.sweep.timeouts,
-    )
-    render = None
-    if spec.api == "completions" and spec.prompt_template == "none":
-        render = lambda messages: messages[-1]["content"]  # noqa: E731
-    elif spec.api == "completions":
-        from avbench.workloads.registry import render_chat_prompt
-
-        target = opts.pair.resolve(opts.pair.target)
-        render = lambda messages: render_chat_prompt(messages, target)  # noqa: E731
-
-    scrapes: dict[str, str | None] = {"before": None, "after": None}
-    headers = _auth_headers(opts)
-
-    async def scrape(which: str) -> None:
-        # A frozen server is caught by the drive's stall detector, which counts this in flight.
-        wait = opts.sweep.timeouts.read_s
-        async with httpx.AsyncClient(timeout=wait, headers=headers) as client:
-            try:
-                r = await client.get(f"{base_url}/metrics")
-                scrapes[which] = r.text if r.status_code == 200 else None
-            except httpx.HTTPError:
-                scrapes[which] = None
-
-    monitor = None
-    if opts.sweep.sequential is not None:
-        from avbench.metrics.sequential import SequentialMonitor
-
-        monitor = SequentialMonitor(opts.sweep.sequential)
-    result = run_drive(
-        endpoint,
-        sampling,
-        warm + measured,
-        concurrency=cell.concurrency,
-        rate=cell.rate,
-        warmup=len(warm),
-        on_record=reporter.request_done,
-        render_prompt=render,
-        before_measure=lambda: scrape("before"),
-        after_measure=lambda: scrape("after"),
-        finish_when=monitor.observe if monitor is not None else None,
-    )
-    records = result.records
-    if result.stop is not None:  # a failed cell (judge_cell): nothing to compute
-        counts = {"requests_ok": result.ok, "requests_failed": result.failed}
-        return CellMeasurement(cell.to_dict() | counts, records, scrapes, result.stop)
-    measured_records = [r for r in records if not r.warmup]
-    window = result.window_end - result.window_start
-    # All of them, or the first ones of a sequential cell that stopped.
-    conversations_sent = len(warm) + sum(r.turn == 0 for r in measured_records)
-    metrics = compute_cell_metrics(
-        measured_records,
-        window_s=window,
-        gpus=_gpus(opts),
-        counters_before=scrapes["before"],
-        counters_after=scrapes["after"],
-        model_name=model,
-    )
-    row = cell.to_dict() | {
-        "run_id": store.root.name,
-        "pair": opts.pair.name,
-        "arm_kind": arm.kind,
-        "k": arm.k,
-        # What the launched server ran (unknown when attached to someone else's server).
-        "speculative_config": None
-        if opts.endpoint
-        else speculative_config(opts.pair, arm, opts.sweep),
-        "gpus": _gpus(opts),
-        **measurement_provenance(base_url),
-        "window_s": window,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "max_tokens": sampling.max_tokens,
-        "input_len": spec.input_len,
-        "output_len": spec.output_len,
-        "len_range": spec.len_range if spec.dataset == "synthetic" else None,
-        "ignore_eos": sampling.ignore_eos,
-        "chat_template_kwargs": sampling.chat_template_kwargs,
-        "api": spec.api,
-        "conversations_cycled": conversations_sent > len(loaded.conversations),
-        # Same hash in every arm's cell = the same prompts in the same order.
-        "prompts_sha256": hashlib.sha256(
-            "\n".join(c.id for c in warm + measured).encode()
-        ).hexdigest(),
-        "per_position_note": (
-            "unconditional accepted/drafts; under AV 'not accepted' mixes trimmed and rejected"
-            if arm.kind == "av"
-            else "unconditional accepted/drafts"
-        ),
-        "acceptance_rate_per": None
-        if arm.kind == "baseline"
-        else ("scheduled draft" if arm.kind == "av" else "verified draft"),
-    }
-    row |= metrics.values
-    row["metric_notes"] = list(metrics.notes) or None
-    if monitor is not None:
-        from avbench.metrics.sequential import sequential_columns
-
-        span = (result.window_start, result.window_end)
-        row |= sequential_columns(monitor, measured_records, span)
-    row |= per_turn_columns(measured_records, window, _gpus(opts))
-    row |= _quality(store, arm, cell, measured_records, sampling, loaded)
-    return CellMeasurement(row, records, scrapes)
-
-
-def _quality(store, arm, cell, records, sampling, loaded) -> dict:
-    """The output-quality guard's columns: this cell against the baseline arm's stored cell
-    of the same workload, load and repeat (when the run has one), and GSM8K exact match."""
-    from dataclasses import replace
-
-    from avbench.metrics.quality import quality_columns
-
-    base_id = replace(cell, arm="baseline").id
-    baseline = None
-    if arm.kind != "baseline" and base_id in store.finished_cells():
-        baseline = store.read_records(base_id)
-    refs = None
-    if loaded.spec.dataset == "gsm8k":
-        refs = {c.id: c.reference for c in loaded.conversations}
-    return quality_columns(
-        records,
-        baseline=baseline,
-        baseline_cell_id=base_id if baseline is not None else None,
-        temperature=sampling.temperature,
-        references=refs,
-    )

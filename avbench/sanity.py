@@ -34,9 +34,9 @@ from avbench.loadgen.config import SamplingParams
 from avbench.metrics.prometheus import SpecDecodeCounters, delta, parse_counters
 from avbench.plan import Arm
 from avbench.server import (
+    Launch,
     ServerProcess,
-    build_command,
-    build_env,
+    arm_server,
     find_free_port,
     missing_checkpoints,
     probe_vllm,
@@ -98,7 +98,7 @@ class ProfileCounts:
                 "(is it serving with --speculative-config?)"
             )
         per_pos = tuple(int(d.accepted_per_pos.get(i, 0)) for i in range(k))
-        return cls(profile, k, int(d.drafts), int(d.draft_tokens or 0), int(d.accepted or 0),
+        return cls(profile, k, int(d.drafts or 0), int(d.draft_tokens or 0), int(d.accepted or 0),
                    per_pos)  # fmt: skip
 
     @property
@@ -275,7 +275,8 @@ def run_sanity(
         raise ServerError(f"pair {pair.name}: {missing[0][1]}")
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(opts.requests)]
     log = Path(tempfile.mkdtemp(prefix="avbench-sanity-")) / "server.log"
-    server = sanity_server(pair, arm, sweep, port, python, log)
+    # Built exactly as a sweep builds the arm.
+    server = arm_server(pair, arm, Launch(port, log, python=python, sweep=sweep))
     progress(f"starting vLLM: {pair.name}'s target drafting for itself, K={arm.k}, port {port}")
     try:
         with server:
@@ -309,19 +310,6 @@ def _wait_ready(server: ServerProcess, progress: Callable[[str], None]) -> None:
     finally:
         done.set()
     progress(f"vLLM ready after {time.monotonic() - started:.0f} s")
-
-
-def sanity_server(
-    pair: Pair, arm: Arm, sweep: Sweep, port: int, python: str, log_path: Path
-) -> ServerProcess:
-    """The server of the check, built exactly as a sweep builds the arm (not yet started)."""
-    return ServerProcess(
-        cmd=build_command(pair, arm, port=port, python=python, sweep=sweep),
-        env=build_env(pair, arm, None, sweep),
-        port=port,
-        log_path=log_path,
-        ready_timeout_s=pair.ready_timeout_s,
-    )
 
 
 def measure(

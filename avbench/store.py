@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from avbench import __version__
 from avbench.errors import StoreError, StoreFull
+from avbench.failures import CellFailure, failure_problem
 from avbench.records import RequestRecord
 
 
@@ -214,15 +215,6 @@ _JSON_KINDS = {
 }  # fmt: skip
 
 
-def _failure_problem(row: dict) -> str | None:
-    """Why a failures.jsonl object is not a failure record, or None."""
-    for key, types in (("cell_id", str), ("reason", str), ("attempt", int)):
-        value = row.get(key)
-        if (value is not None or key == "cell_id") and not isinstance(value, types):
-            return f"not a failure record ({key} {value!r}: expected {types.__name__})"
-    return None
-
-
 _RECORD_SCHEMA = pa.schema(
     [
         ("cell_id", pa.string()),
@@ -365,8 +357,9 @@ class RunStore:
 
         return {r["cell_id"]: r for r in _read_jsonl(self.cells_path, row_problem, self._warn)}
 
-    def failures(self) -> list[dict]:
-        return _read_jsonl(self.failures_path, _failure_problem, self._warn)
+    def failures(self) -> list[CellFailure]:
+        rows = _read_jsonl(self.failures_path, failure_problem, self._warn)
+        return [CellFailure.model_validate(r) for r in rows]
 
     def _warn(self, message: str) -> None:
         """Each reader of a run reads its rows again: say each bad line once per command."""
@@ -398,18 +391,18 @@ class RunStore:
                     raise _store_error(exc, path, self.root) from None
         self._append(self.cells_path, row | {"finished_at": utcnow()})
 
-    def write_failure(self, row: dict) -> None:
-        self._append(self.failures_path, row | {"failed_at": utcnow()})
+    def write_failure(self, failure: CellFailure) -> None:
+        self._append(self.failures_path, failure.to_row() | {"failed_at": utcnow()})
 
-    def write_failed_cell(self, row: dict, records: Iterable[RequestRecord]) -> Path:
+    def write_failed_cell(self, failure: CellFailure, records: Iterable[RequestRecord]) -> Path:
         """A cell judged failed: its records go aside (one file per attempt), its row to
         failures.jsonl. Returns the records' path."""
-        cell_id = row["cell_id"]
-        attempt = 1 + sum(f.get("cell_id") == cell_id for f in self.failures())
+        cell_id = failure.cell_id
+        attempt = 1 + sum(f.cell_id == cell_id for f in self.failures())
         path = self.failed_requests_path(cell_id, attempt)
         self._write_records(path, cell_id, records)
         rel = str(path.relative_to(self.root))
-        self.write_failure(row | {"attempt": attempt, "requests_file": rel})
+        self.write_failure(failure.model_copy(update={"attempt": attempt, "requests_file": rel}))
         return path
 
     def write_records(self, cell_id: str, records: Iterable[RequestRecord]) -> None:

@@ -17,15 +17,14 @@ per-position rate taken naively (accepted_per_pos / drafts) against the exact ch
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
 import httpx
 
 from avbench.plan import Arm
-from avbench.sanity import PROMPTS, Profile, measure, sanity_server, sanity_sweep, self_drafting
-from avbench.server import find_free_port
+from avbench.sanity import PROMPTS, Profile, measure, sanity_sweep, self_drafting
+from avbench.server import Launch, arm_server, find_free_port
 from avbench.server_log import engine_choices
 from avbench.suite import load_suite
 
@@ -39,9 +38,8 @@ def main() -> None:
     model_len = int(pair.serve_flags[pair.serve_flags.index("--max-model-len") + 1])
     port = find_free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        server = sanity_server(
-            pair, arm, sanity_sweep(64), port, sys.executable, Path(tmp) / "server.log"
-        )
+        launch = Launch(port, Path(tmp) / "server.log", sweep=sanity_sweep(64))
+        server = arm_server(pair, arm, launch)
         with server:
             server.wait_ready()
             ids = httpx.post(

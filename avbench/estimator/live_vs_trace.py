@@ -227,7 +227,7 @@ def load_live_run(run_dir: Path) -> LiveRun:
 def cell_messages(run: LiveRun) -> dict[str, list[list[dict[str, str]]]]:
     """Each cell's measured conversations as the sweep sent them (same loader, spec, order and
     warmup split as the runner), as chat messages."""
-    from avbench.runner import select_conversations
+    from avbench.cell_run import select_conversations
     from avbench.store import RunStore
     from avbench.workloads.registry import load_workload
     from avbench.workloads.spec import WorkloadSpec

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from avbench.errors import AvbenchError
+from avbench.failures import FailureKind
 from avbench.metrics.quality import fill_identity
 from avbench.store import RunStore
 
@@ -71,8 +72,8 @@ class RunSet:
         for run in self.runs:
             done = set(run.store.finished_cells())
             for f in run.store.failures():
-                if f.get("cell_id") not in done and f.get("failure_kind") != "unsupported":
-                    out.append(f | {"run_id": run.run_id})
+                if f.cell_id not in done and f.kind != FailureKind.UNSUPPORTED:
+                    out.append(f.to_row() | {"run_id": run.run_id})
         # One line per cell: a cell that failed twice shows its latest reason.
         return list({(f["run_id"], f.get("cell_id")): f for f in out}.values())
 

@@ -119,3 +119,16 @@ def test_rows_of_the_tiny_demo_validate():
         if typed.arm_kind == "static":
             assert typed.baseline_cell_id == row["cell_id"].replace(row["arm"], "baseline", 1)
             assert typed.identical_to_baseline_share is not None
+
+
+def test_every_field_of_the_rows_typed_parts_is_a_defined_column():
+    from dataclasses import fields
+
+    from avbench.cellrow import COLUMNS, ROW_PARTS, ArmPart
+
+    defined = {c.name for c in COLUMNS}
+    for part in ROW_PARTS:
+        for f in fields(part):
+            assert f.name in defined, (part.__name__, f.name)
+    notes = ArmPart("r", "p", "av", 3, None, 1).columns().keys() - {f.name for f in fields(ArmPart)}
+    assert notes and notes <= defined

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from avbench import checkpoints
+from avbench.failures import FailureKind
 from avbench.plan import Arm
 from avbench.server import missing_checkpoints
 from avbench.suite import load_suite
@@ -108,6 +109,6 @@ def test_a_launch_without_the_snapshot_fails_the_arm_in_one_line_and_starts_noth
         )
     )
     failures = out.store.failures()
-    assert failures and {f["failure_kind"] for f in failures} == {"server"}
-    assert all("`hf download someorg/somerepo`" in f["reason"] for f in failures)
+    assert failures and {f.kind for f in failures} == {FailureKind.SERVER}
+    assert all("`hf download someorg/somerepo`" in f.reason for f in failures)
     assert not list((tmp_path / "r").rglob("server.log"))  # no server was started

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from avbench.failures import FailureKind
 from avbench.server import find_free_port, probe_vllm
 from avbench.store import RunStore
 
@@ -101,7 +102,7 @@ def test_make_nightly_tiny_cpu(nightly):
     # static-k3 (AV's OFF twin), one workload, c = 1 and 4, two repeats; AV unsupported on CPU.
     assert len(cells) == 4
     assert {r["arm"] for r in cells.values()} == {"static-k3"}
-    assert {f.get("failure_kind") for f in store.failures()} <= {"unsupported"}
+    assert {f.kind for f in store.failures()} <= {FailureKind.UNSUPPORTED}
     for row in cells.values():
         # A static arm has no estimator: no cold-start coefficients shown as if in force.
         assert row["estimator"] == "none" and row.get("slope_start") is None, row

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from avbench.plan import Arm
-from avbench.server import ServerProcess, build_command, build_env, find_free_port, probe_vllm
+from avbench.server import Launch, arm_server, find_free_port, probe_vllm
 from avbench.store import RunStore
 from avbench.suite import load_suite
 
@@ -24,14 +24,8 @@ if probe_vllm(sys.executable).distribution is None:
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
     pair = load_suite().pair("tiny-cpu")
-    port = find_free_port()
-    server = ServerProcess(
-        cmd=build_command(pair, Arm("static", 3), port=port),
-        env=build_env(pair, Arm("static", 3), None),
-        port=port,
-        log_path=tmp_path_factory.mktemp("vllm") / "server.log",
-        ready_timeout_s=600,
-    )
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    server = arm_server(pair, Arm("static", 3), Launch(find_free_port(), log, ready_timeout_s=600))
     with server:
         server.wait_ready({})
         yield server

@@ -17,9 +17,9 @@ import pytest
 from avbench.metrics.prometheus import window_counters
 from avbench.plan import Arm
 from avbench.server import (
+    Launch,
     ServerProcess,
-    build_command,
-    build_env,
+    arm_server,
     find_free_port,
     group_alive,
     port_is_free,
@@ -56,15 +56,9 @@ def grep_run(run: Path, secret: str) -> list[Path]:
 
 def serve(pair_name: str, arm: Arm, tmp_path: Path, key: str | None = None) -> ServerProcess:
     pair = load_suite().pair(pair_name)
-    port = find_free_port()
-    return ServerProcess(
-        cmd=build_command(pair, arm, port=port),
-        env=build_env(pair, arm, key),
-        port=port,
-        log_path=tmp_path / "server" / "server.log",
-        secrets=[key] if key else [],
-        ready_timeout_s=400,
-    )
+    launch = Launch(find_free_port(), tmp_path / "server" / "server.log", api_key=key,
+                    ready_timeout_s=400)  # fmt: skip
+    return arm_server(pair, arm, launch)
 
 
 def attach_sweep(url, results, run_id, workload, concurrencies, requests, key):

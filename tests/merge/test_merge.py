@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from avbench.errors import AvbenchError
+from avbench.failures import CellFailure
 from avbench.merge import merge_runs, source_manifest
 from avbench.records import RequestRecord
 from avbench.store import RunStore
@@ -63,7 +64,9 @@ def make_run(
             store.write_cell(row, records, {"before": "# before\n", "after": "# after\n"})
     store.arm_dir(arms[-1]).mkdir(parents=True, exist_ok=True)
     (store.arm_dir(arms[-1]) / "server.log").write_text(f"log of {run_id}\n")
-    store.write_failure({"cell_id": f"{arms[-1]}__w__c64__rep0", "reason": "server died"})
+    store.write_failure(
+        CellFailure(cell_id=f"{arms[-1]}__w__c64__rep0", reason="server died", kind="server_died")
+    )
     return store
 
 
@@ -88,7 +91,7 @@ def test_merge_keeps_every_cell_record_and_source(tmp_path):
     records = merged.records_frame("pair-b__static-k3__w__c4__rep0")
     assert len(records) == 3 and set(records["cell_id"]) == {"pair-b__static-k3__w__c4__rep0"}
     assert merged.scrape_path("pair-a__static-k1__w__c1__rep0", "after").read_text() == "# after\n"
-    assert {f["cell_id"] for f in merged.failures()} == {
+    assert {f.cell_id for f in merged.failures()} == {
         "pair-a__static-k3__w__c64__rep0",
         "pair-b__static-k3__w__c64__rep0",
     }

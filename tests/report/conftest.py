@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from avbench.failures import CellFailure
 from avbench.records import RequestRecord
 from avbench.store import RunStore
 
@@ -141,7 +142,10 @@ def run_factory():
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     store = make_run(tmp_path / "results")
-    store.write_failure({"cell_id": "static-k1__gsm8k__c1__rep0", "reason": "finished by resume"})
-    store.write_failure({"cell_id": "static-k1__gsm8k__c64__rep0", "reason": "server died\nlog"})
+    for cell_id, reason in (
+        ("static-k1__gsm8k__c1__rep0", "finished by resume"),
+        ("static-k1__gsm8k__c64__rep0", "server died\nlog"),
+    ):
+        store.write_failure(CellFailure(cell_id=cell_id, reason=reason, kind="server_died"))
     write_refits(store, "av-k3")
     return store.root

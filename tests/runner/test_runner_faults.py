@@ -13,6 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from avbench.errors import AvbenchError, ServerError, StoreError
+from avbench.failures import FailureKind
 from avbench.plan import Arm
 from avbench.runner import SweepOptions, resume_sweep, start_sweep
 from avbench.store import RunStore
@@ -57,13 +58,13 @@ def test_a_cell_with_17_of_40_requests_failed_is_a_failed_cell(tmp_path):
         cell_id = "static-k3__gsm8k-tiny__c4__rep0"
         assert store.finished_cells() == {} and not out.finished
         (failure,) = store.failures()
-        assert failure["cell_id"] == cell_id and failure["failure_kind"] == "requests_failed"
-        assert failure["reason"].startswith(
+        assert failure.cell_id == cell_id and failure.kind == FailureKind.REQUESTS_FAILED
+        assert failure.reason.startswith(
             "17 of 40 measured requests failed (42% > max_failed_share 10%)"
         )
-        assert failure["requests_ok"] == 23 and failure["requests_failed"] == 17
+        assert failure.requests_ok == 23 and failure.requests_failed == 17
         # What was measured stays on disk for inspection, where reports never look.
-        kept = store.root / failure["requests_file"]
+        kept = store.root / failure.requests_file
         assert kept == store.failed_requests_path(cell_id, 1)
         partial = RunStore.open(store.root).records_frame()
         assert partial.empty
@@ -111,9 +112,9 @@ def test_attached_server_killed_mid_cell_fails_that_cell_and_the_rest(tmp_path):
     store = out.store
     assert store.finished_cells() == {}
     failures = store.failures()
-    assert [f["cell_id"].split("__")[2] for f in failures] == ["c2", "c4"]
-    assert {f["failure_kind"] for f in failures} == {"server_died"}
-    assert "stopped answering during the cell" in failures[0]["reason"]
+    assert [f.cell_id.split("__")[2] for f in failures] == ["c2", "c4"]
+    assert {f.kind for f in failures} == {FailureKind.SERVER_DIED}
+    assert "stopped answering during the cell" in failures[0].reason
     assert _manifest(store)["status"] == "finished_with_failures"
 
 

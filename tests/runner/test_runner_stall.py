@@ -90,7 +90,7 @@ def test_the_cell_deadline_fails_that_cell_and_the_arm_goes_on(tmp_path):
     with serve_in_thread(cfg) as srv:
         out = start_sweep(_opts(tmp_path, srv.base_url, (1, 2), 4, Timeouts(cell_s=0.5)))
         sent = srv.stats()["requests"]
-    kinds = [(f["cell_id"].split("__")[2], f["failure_kind"]) for f in out.store.failures()]
+    kinds = [(f.cell_id.split("__")[2], f.kind) for f in out.store.failures()]
     assert kinds == [("c1", "cell_deadline"), ("c2", "cell_deadline")]
-    assert out.store.failures()[0]["reason"] == "cell deadline: not finished within 0.5 s"
+    assert out.store.failures()[0].reason == "cell deadline: not finished within 0.5 s"
     assert sent == 3, sent  # c=1 sent one request, then c=2 ran (two), each cut at 0.5 s

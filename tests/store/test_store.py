@@ -3,6 +3,7 @@ import json
 import pytest
 
 from avbench.errors import AvbenchError, StoreError, StoreFull
+from avbench.failures import CellFailure
 from avbench.records import RequestRecord
 from avbench.store import RunStore, check_results_dir
 
@@ -69,10 +70,10 @@ def test_torn_last_line_is_moved_aside_before_the_next_append(tmp_path):
 def test_a_last_line_without_newline_is_torn_even_when_it_parses(tmp_path):
     warnings: list[str] = []
     store = _store(tmp_path, warnings)
-    store.write_failure({"cell_id": "a", "reason": "x"})
+    store.write_failure(CellFailure(cell_id="a", reason="x", kind="cell"))
     with store.failures_path.open("a") as fh:
         fh.write('{"cell_id": "b", "reason": "y"}')  # the newline never made it
-    assert [f["cell_id"] for f in store.failures()] == ["a"]
+    assert [f.cell_id for f in store.failures()] == ["a"]
     store.require_writable()  # resume repairs both files up front
     assert store.failures_path.read_text().count("\n") == 1
     assert "b" in store.failures_path.with_name("failures.jsonl.torn").read_text()
