@@ -40,7 +40,6 @@ from avbench.artefacts import (
     dump_manifest,
     manifest_problem,
 )
-
 from avbench.capture import arm_capture, capture_env, file_cell, settings_for
 from avbench.cpu_layout import apply, layout_for, release
 from avbench.errors import AvbenchError, ServerError, StoreError, UnsupportedArm, save_traceback

@@ -34,6 +34,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from avbench.artefacts import RunManifest
+
 DEFAULT_TOLERANCE = 0.05
 BOOTSTRAP_RESAMPLES = 2000
 KEYS = ("pair", "workload", "arm", "concurrency", "rate")
@@ -185,16 +187,18 @@ def _jsonable(v):
     return v
 
 
-def cell_settings(row: dict, manifest: dict) -> dict:
+def cell_settings(row: dict, manifest: RunManifest) -> dict:
     """What must agree for a cell of two runs to be compared (see the module docstring).
 
     ``manifest`` is the run manifest the row came from (for a merged run, its source's)."""
-    arms = {a.get("name"): a for a in manifest.get("arms") or []}
-    arm = arms.get(row.get("arm"), {})
+    arm = next((a for a in manifest.arms if a.name == row.get("arm")), None)
     settings = {c: _jsonable(row.get(c)) for c in (*SAMPLING_COLUMNS, *REQUEST_COLUMNS)}
-    settings["server_command"] = server_signature(arm.get("command"))
-    settings["server_env"] = arm.get("env")
-    settings["capture"] = arm.get("capture")  # live captures cost the server some time
+    settings["server_command"] = server_signature(arm.command if arm else None)
+    settings["server_env"] = arm.env if arm else None
+    # live captures cost the server some time
+    settings["capture"] = (
+        arm.capture.model_dump(exclude_unset=True) if arm and arm.capture else None
+    )
     settings["gpus"] = _jsonable(row.get("gpus"))
     return settings
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from avbench.artefacts import MergedManifest, RunManifest
 from avbench.errors import AvbenchError
 from avbench.metrics.quality import fill_identity
 from avbench.store import RunStore
@@ -28,15 +29,15 @@ class NotMeasured:
 @dataclass
 class Run:
     store: RunStore
-    manifest: dict
+    manifest: RunManifest
 
     @property
     def run_id(self) -> str:
-        return self.manifest.get("run_id") or self.store.root.name
+        return self.manifest.run_id or self.store.root.name
 
     @property
     def pair(self) -> str:
-        return (self.manifest.get("pair") or {}).get("name", "?")
+        return self.manifest.pair_name
 
 
 @dataclass
@@ -80,23 +81,22 @@ class RunSet:
         out = []
         for run in self.runs:
             measured = set(self.cells.loc[self.cells["run_id"] == run.run_id, "arm"])
-            for a in run.manifest.get("arms") or []:
-                if a.get("supported") is False and a["name"] not in measured:
-                    out.append(
-                        NotMeasured(run.run_id, a["name"], a.get("unsupported_reason") or "")
-                    )
+            for a in run.manifest.arms:
+                if a.supported is False and a.name not in measured:
+                    out.append(NotMeasured(run.run_id, a.name, a.unsupported_reason or ""))
         return out
 
     def run_of(self, run_id: str) -> Run:
         return next(r for r in self.runs if r.run_id == run_id)
 
-    def manifest_of(self, pair: str) -> dict:
+    def manifest_of(self, pair: str) -> RunManifest:
         """The manifest of the first run (or merged run's source) that swept this pair."""
         if pair in self.profile_runs:
             return self.run_of(self.profile_runs[pair]).manifest
         for run in self.runs:
-            for m in [run.manifest, *(run.manifest.get("sources") or {}).values()]:
-                if (m.get("pair") or {}).get("name") == pair:
+            sources = run.manifest.sources if isinstance(run.manifest, MergedManifest) else {}
+            for m in [run.manifest, *sources.values()]:
+                if m.pair.get("name") == pair:
                     return m
         raise AvbenchError(f"no run of pair {pair} among {', '.join(r.run_id for r in self.runs)}")
 
@@ -176,7 +176,7 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
 
 
 def _sampling(run: Run) -> str | None:
-    smp = (run.manifest.get("sweep") or {}).get("sampling")
+    smp = run.manifest.sweep.get("sampling")
     if not smp:
         return None
     return f"temp {smp.get('temperature', 1.0):g}, top_p {smp.get('top_p', 1.0):g}"
