@@ -66,7 +66,7 @@ def dyn_settings_from(runs: RunSet, pair: str) -> dict:
             f"--schedule-from {ids}: no static-K arm of pair {pair} was measured at a "
             "concurrency, so there is no best static K to schedule"
         )
-    sweep = Sweep.model_validate(runs.manifest_of(pair)["sweep"])
+    sweep = Sweep.model_validate(runs.manifest_of(pair).sweep)
     return {
         "schedule": mine[0].pooled.schedule,
         "draft_sample_method": sweep.draft_method,
