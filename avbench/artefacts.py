@@ -195,11 +195,12 @@ def _mode(value: Any) -> str:
     """The tag of a manifest; one without ``mode`` (hand-written, or older than the key)
     describes a sweep."""
     raw = value.get("mode", "managed") if isinstance(value, dict) else value.mode
-    return "merged" if raw == "merged" else "sweep"
+    return _MERGED if raw == "merged" else _SWEEP
 
 
+_SWEEP, _MERGED = "sweep-run", "merged-run"  # never a field name: dropped from error paths
 RunManifest = Annotated[
-    Annotated[SweepManifest, Tag("sweep")] | Annotated[MergedManifest, Tag("merged")],
+    Annotated[SweepManifest, Tag(_SWEEP)] | Annotated[MergedManifest, Tag(_MERGED)],
     Discriminator(_mode),
 ]
 MergedManifest.model_rebuild()
@@ -245,10 +246,8 @@ def manifest_problem(exc: ValidationError) -> str:
     """The first bad field of a manifest, in one line."""
     err = exc.errors()[0]
     loc = [str(x) for x in err["loc"]]
-    what = "a merged-run manifest" if loc[:1] == ["merged"] else "a sweep manifest"
-    if loc[:1] in (["sweep"], ["merged"]) and exc.title != "SweepInputs":
-        loc = loc[1:]  # the union's tag
-    field = ".".join(loc)
+    what = "a merged-run manifest" if loc[:1] == [_MERGED] else "a sweep manifest"
+    field = ".".join(x for x in loc if x not in (_SWEEP, _MERGED))
     if err["type"] == "missing":
         return f"not {what} (no {field!r} key)"
     return f"not {what} ({field or 'manifest'}: {err['msg']})"
