@@ -224,13 +224,13 @@ class SweepInputs(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    run_id: str
-    endpoint: str | None = None
     pair: Pair
     sweep: Sweep
     workloads: dict[str, WorkloadSpec]
     plan: list[PlanCell]
     arms: list[ArmEntry]
+    run_id: str
+    endpoint: str | None = None
     gpus_per_server: int | None = None
     attach_arm: Arm | None = Field(default=None, exclude=True)
 
