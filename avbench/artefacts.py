@@ -216,7 +216,8 @@ def source_manifest(manifest: RunManifest, run_id: str | None) -> RunManifest:
 
 def dump_manifest(manifest: RunManifest) -> dict[str, Any]:
     """The manifest as stored: the keys it was given (an old run keeps its shape)."""
-    return MANIFEST.dump_python(manifest, mode="json", exclude_unset=True)
+    dumped: dict[str, Any] = MANIFEST.dump_python(manifest, mode="json", exclude_unset=True)
+    return dumped
 
 
 class SweepInputs(BaseModel):

@@ -17,6 +17,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -87,7 +88,7 @@ def merge_runs(runs: list[Path], out: Path) -> MergeResult:
     return MergeResult(merged, n_cells, n_failures, ids)
 
 
-def _origin(source: str, cell_id: str, new_id: str) -> dict:
+def _origin(source: str, cell_id: str, new_id: str) -> dict[str, str]:
     return {"cell_id": new_id, "source_run": source, "source_cell_id": cell_id}
 
 
@@ -119,7 +120,7 @@ def _manifest(run_id: str, ids: list[str], manifests: list[RunManifest]) -> Merg
     )
 
 
-def _append(path: Path, row: dict) -> None:
+def _append(path: Path, row: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
 

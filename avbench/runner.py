@@ -77,6 +77,7 @@ from avbench.workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
     from avbench.loadgen.client import Stop
+    from avbench.workloads.registry import LoadedWorkload
 
 
 @dataclass
@@ -167,7 +168,7 @@ def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> Sw
 
 
 def resume_sweep(
-    run_dir: Path, opts_override: dict, reporter: SweepReporter | None = None
+    run_dir: Path, opts_override: dict[str, Any], reporter: SweepReporter | None = None
 ) -> SweepOutcome:
     """Rerun every cell of a stored plan that has no finished row (failed ones included)."""
     reporter = reporter or SweepReporter()
@@ -372,6 +373,7 @@ def _describe_arms(
                     "kinds": list(capture.kinds),
                     "draft_fraction": capture.draft_fraction,
                 }
+            assert install is not None  # launched: check_new_run probed it
             try:
                 check_arm_supported(opts.pair, arm, install)
                 d["supported"], d["unsupported_reason"] = True, None
@@ -703,10 +705,11 @@ def judge_cell(
 class _WorkloadCache:
     """Loads each workload once per run; every arm gets the same list in the same order."""
 
-    def __init__(self, opts: SweepOptions, store: RunStore, plan: list[Cell]):
-        self.opts, self.store, self.plan, self._loaded = opts, store, plan, {}
+    def __init__(self, opts: SweepOptions, store: RunStore, plan: list[Cell]) -> None:
+        self.opts, self.store, self.plan = opts, store, plan
+        self._loaded: dict[str, LoadedWorkload] = {}
 
-    def get(self, name: str, base_url: str, model: str):
+    def get(self, name: str, base_url: str, model: str) -> LoadedWorkload:
         """``base_url``/``model``: the server whose /tokenize a generated workload may need."""
         if name not in self._loaded:
             from avbench.workloads.registry import load_workload

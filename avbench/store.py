@@ -175,7 +175,9 @@ _TORN_LOSS = {
 }
 
 
-def _append_jsonl(path: Path, row: dict, on_warning: Callable[[str], None] = warn) -> None:
+def _append_jsonl(
+    path: Path, row: dict[str, Any], on_warning: Callable[[str], None] = warn
+) -> None:
     """Append one whole line, or nothing: a failed write is cut back to where it began."""
     _repair_torn_tail(path, on_warning)
     line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode()
@@ -191,14 +193,14 @@ def _append_jsonl(path: Path, row: dict, on_warning: Callable[[str], None] = war
 
 
 def _read_jsonl(
-    path: Path, problem: Callable[[dict], str | None], on_warning: Callable[[str], None]
-) -> list[dict]:
+    path: Path, problem: Callable[[dict[str, Any]], str | None], on_warning: Callable[[str], None]
+) -> list[dict[str, Any]]:
     """The rows of a .jsonl file; a line that is not one (not a JSON object, or ``problem``
     says why) is skipped with a one-line warning naming file:line, so one bad line never stops
     a reader."""
     if not path.exists():
         return []
-    rows = []
+    rows: list[dict[str, Any]] = []
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -207,6 +209,7 @@ def _read_jsonl(
             # No newline after it: torn even when it parses; moved aside before the next append.
             on_warning(f"{path}:{number}: last line is torn (a crash mid-write); skipped")
             continue
+        why: str | None
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -406,7 +409,7 @@ class RunStore:
         self.write_manifest(m)
 
     # -- cells
-    def finished_cells(self) -> dict[str, dict]:
+    def finished_cells(self) -> dict[str, dict[str, Any]]:
         from avbench.cellrow import row_problem
 
         return {r["cell_id"]: r for r in _read_jsonl(self.cells_path, row_problem, self._warn)}
@@ -420,7 +423,9 @@ class RunStore:
             self._warned.add(message)
             self.on_warning(message)
 
-    def write_cell(self, row: dict, records: Iterable[RequestRecord], scrapes: dict) -> None:
+    def write_cell(
+        self, row: dict[str, Any], records: Iterable[RequestRecord], scrapes: dict[str, str | None]
+    ) -> None:
         """Persist one finished cell: records and scrapes first, the summary row last.
 
         A crash before the row is appended leaves the cell unfinished, so --resume reruns it.
@@ -473,7 +478,7 @@ class RunStore:
             tmp.unlink(missing_ok=True)  # frees what the partial file took
             raise _store_error(exc, path, self.root) from None
 
-    def _append(self, path: Path, row: dict) -> None:
+    def _append(self, path: Path, row: dict[str, Any]) -> None:
         try:
             _append_jsonl(path, row, self.on_warning)
         except OSError as exc:

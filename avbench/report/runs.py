@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -66,7 +67,7 @@ class RunSet:
         gaps = ~key(self.predicted).isin(have)
         return pd.concat([self.cells, self.predicted[gaps.to_numpy()]], ignore_index=True)
 
-    def unresolved_failures(self) -> list[dict]:
+    def unresolved_failures(self) -> list[dict[str, Any]]:
         """Failed cells no later attempt (--resume) finished, unsupported arms left out."""
         out = []
         for run in self.runs:
@@ -131,6 +132,9 @@ class RunSet:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+_NONE = np.array(None, dtype=object)  # no cell: an object column of None
+
+
 def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     if cells.empty or "finished_at" not in cells:
         return refits.assign(workload=None, cell_id=None)
@@ -141,8 +145,8 @@ def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     inside = idx < len(ends)
     pick = ends.iloc[np.minimum(idx, len(ends) - 1)]
     return refits.assign(
-        workload=np.where(inside, pick["workload"].to_numpy(), None),
-        cell_id=np.where(inside, pick["cell_id"].to_numpy(), None),
+        workload=np.where(inside, pick["workload"].to_numpy(), _NONE),
+        cell_id=np.where(inside, pick["cell_id"].to_numpy(), _NONE),
     )
 
 
@@ -151,7 +155,9 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
         raise AvbenchError("expected at least one run directory")
     from avbench.predict.run import read_predicted
 
-    runs, frames, predicted = [], [], []
+    runs: list[Run] = []
+    frames: list[pd.DataFrame] = []
+    predicted: list[pd.DataFrame] = []
     for p in paths:
         store = RunStore.open(Path(p))
         run = Run(store, store.read_manifest())

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from avbench.artefacts import SweepManifest
 from avbench.analysis.compare import (
     RunCells,
     cell_settings,
@@ -17,6 +16,7 @@ from avbench.analysis.compare import (
     server_signature,
     to_markdown,
 )
+from avbench.artefacts import SweepManifest
 
 COMMAND = [
     "/some/venv/bin/python3",

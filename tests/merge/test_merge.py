@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from avbench.errors import AvbenchError
 from avbench.artefacts import source_manifest
+from avbench.errors import AvbenchError
 from avbench.merge import merge_runs
 from avbench.records import RequestRecord
 from avbench.store import RunStore
