@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from avbench.artefacts import SweepManifest
 from avbench.errors import AvbenchError
 from avbench.metrics.quality import Output, fill_identity, first_difference, identity_applies
 from avbench.records import RequestRecord
@@ -105,7 +106,7 @@ def explain_run(run_dir: Path, limit: int = 50) -> Explanation:
 
     store = RunStore.open(run_dir)
     m = store.read_manifest()
-    pair = Pair.model_validate(m["pair"])
+    pair = Pair.model_validate(m.pair)
     target = pair.resolve(pair.target)
     if not target or not Path(target).is_dir():
         raise AvbenchError(
@@ -121,7 +122,7 @@ def explain_run(run_dir: Path, limit: int = 50) -> Explanation:
     if not pairs:
         return Explanation([], np.zeros(0), compared, missing)
     model, tok = load_model(Path(target)), load_tokenizer(target)
-    workloads = m.get("workloads", {})
+    workloads = m.workloads if isinstance(m, SweepManifest) else {}
     ties, reference = [], []
     for cell_id, base, arm, pos in pairs:
         spec = workloads.get(cell_id.split("__")[1], {})

@@ -17,10 +17,18 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from avbench.artefacts import (
+    SCHEMA_VERSION,
+    MergedArmEntry,
+    MergedManifest,
+    RunManifest,
+    Versions,
+)
 from avbench.errors import AvbenchError
 from avbench.store import RunStore, utcnow
 
@@ -37,12 +45,6 @@ class MergeResult:
     sources: list[str]
 
 
-def source_manifest(manifest: dict, run_id: str | None) -> dict:
-    """The manifest a row of this run came from: its source's in a merged run, else the run's."""
-    sources = manifest.get("sources") or {}
-    return sources.get(run_id, manifest) if run_id else manifest
-
-
 def merge_runs(runs: list[Path], out: Path) -> MergeResult:
     if len(runs) < 1:
         raise MergeError("merge: give at least one run directory")
@@ -51,7 +53,7 @@ def merge_runs(runs: list[Path], out: Path) -> MergeResult:
     if out.exists() and any(out.iterdir()):
         raise MergeError(f"{out}: output directory exists and is not empty")
     manifests = [s.read_manifest() for s in stores]
-    ids = [m.get("run_id") or s.root.name for s, m in zip(stores, manifests, strict=True)]
+    ids = [m.run_id or s.root.name for s, m in zip(stores, manifests, strict=True)]
     if len(set(ids)) != len(ids):
         raise MergeError(f"merge: a run is given twice ({', '.join(ids)})")
 
@@ -60,7 +62,7 @@ def merge_runs(runs: list[Path], out: Path) -> MergeResult:
     prefix = len(set(all_ids)) != len(all_ids)  # ids collide: name cells by pair too
     new_ids: dict[tuple[str, str], str] = {}
     for sid, m, rows in zip(ids, manifests, rows_by_source, strict=True):
-        pair = (m.get("pair") or {}).get("name", "?")
+        pair = m.pair_name
         for cid in rows:
             new = f"{pair}__{cid}" if prefix else cid
             if new in new_ids.values():
@@ -71,7 +73,7 @@ def merge_runs(runs: list[Path], out: Path) -> MergeResult:
     merged = RunStore.create(out.parent, out.name, _manifest(out.name, ids, manifests))
     n_cells = n_failures = 0
     for sid, store, m, rows in zip(ids, stores, manifests, rows_by_source, strict=True):
-        pair = (m.get("pair") or {}).get("name", "?")
+        pair = m.pair_name
         for cid, row in rows.items():
             new = new_ids[(sid, cid)]
             _copy_cell(store, merged, cid, new)
@@ -86,36 +88,39 @@ def merge_runs(runs: list[Path], out: Path) -> MergeResult:
     return MergeResult(merged, n_cells, n_failures, ids)
 
 
-def _origin(source: str, cell_id: str, new_id: str) -> dict:
+def _origin(source: str, cell_id: str, new_id: str) -> dict[str, str]:
     return {"cell_id": new_id, "source_run": source, "source_cell_id": cell_id}
 
 
-def _manifest(run_id: str, ids: list[str], manifests: list[dict]) -> dict:
-    pairs = list(dict.fromkeys((m.get("pair") or {}).get("name", "?") for m in manifests))
+def _manifest(run_id: str, ids: list[str], manifests: list[RunManifest]) -> MergedManifest:
+    pairs = list(dict.fromkeys(m.pair_name for m in manifests))
     first = manifests[0]
-    return {
-        "run_id": run_id,
-        "status": "merged",
-        "mode": "merged",
-        "merged_from": ids,
-        "merged_at": utcnow(),
-        "pairs": pairs,
+    return MergedManifest(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id,
+        status="merged",
+        mode="merged",
+        merged_from=ids,
+        merged_at=utcnow(),
+        pairs=pairs,
         # A single-pair merge keeps the pair (reports title by it); several pairs have none.
-        "pair": first.get("pair") if len(pairs) == 1 else {"name": " + ".join(pairs)},
-        "sweep": first.get("sweep"),
-        "arms": [
-            a | {"pair": (m.get("pair") or {}).get("name")}
+        pair=first.pair if len(pairs) == 1 else {"name": " + ".join(pairs)},
+        sweep=first.sweep,
+        arms=[
+            MergedArmEntry.model_validate(
+                a.model_dump(exclude_unset=True) | {"pair": m.pair.get("name")}
+            )
             for m in manifests
-            for a in m.get("arms") or []
+            for a in m.arms
         ],
-        "versions": first.get("versions"),
-        "started_at": min((m.get("started_at") or "" for m in manifests), default=None),
-        "ended_at": max((m.get("ended_at") or "" for m in manifests), default=None),
-        "sources": dict(zip(ids, manifests, strict=True)),
-    }
+        versions=first.versions or Versions(),
+        started_at=min((m.started_at or "" for m in manifests), default=None),
+        ended_at=max((m.ended_at or "" for m in manifests), default=None),
+        sources=dict(zip(ids, manifests, strict=True)),
+    )
 
 
-def _append(path: Path, row: dict) -> None:
+def _append(path: Path, row: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
 

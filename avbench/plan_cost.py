@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from avbench.plan import Cell
+
+if TYPE_CHECKING:
+    from avbench.artefacts import RunManifest
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def _seconds(iso_start: str | None, iso_end: str | None) -> float | None:
 
 
 def estimate_wall_time(
-    cells: list[Cell], work: PlanWork, prev_cells: pd.DataFrame, prev_manifest: dict
+    cells: list[Cell], work: PlanWork, prev_cells: pd.DataFrame, prev_manifest: RunManifest
 ) -> WallTime:
     """Price the plan with a previous run's measurements (see the module docstring)."""
     if prev_cells.empty or "window_s" not in prev_cells:
@@ -118,7 +122,7 @@ def estimate_wall_time(
             exact += 1
         total += (c.num_requests + c.warmup) * spr
     # Time the previous run spent outside measured cell time, per server start.
-    prev_wall = _seconds(prev_manifest.get("started_at"), prev_manifest.get("ended_at"))
+    prev_wall = _seconds(prev_manifest.started_at, prev_manifest.ended_at)
     prev_in_cells = float(((prev["num_requests"] + prev["warmup"].fillna(0)) * prev["spr"]).sum())
     prev_starts = prev.groupby(["repeat", "arm"]).ngroups or 1
     per_start = max(0.0, (prev_wall or prev_in_cells) - prev_in_cells) / prev_starts

@@ -23,12 +23,21 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from avbench.arm_session import ArmSession, Failed, SweepOutcome, SweepRun
+from avbench.artefacts import (
+    SCHEMA_VERSION,
+    ArmEntry,
+    Provenance,
+    SweepInputs,
+    SweepManifest,
+    dump_manifest,
+    manifest_problem,
+)
 from avbench.capture import arm_capture, settings_for
 from avbench.cell_run import CellSettings, Target
 from avbench.cellrow import ProvenancePart
@@ -41,6 +50,7 @@ from avbench.progress import SweepReporter
 from avbench.server import (
     Launch,
     ServerProcess,
+    VllmInstall,
     arm_server,
     build_command,
     build_env,
@@ -66,6 +76,7 @@ from avbench.workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
     from avbench.capture import ArmCapture
+    from avbench.workloads.registry import LoadedWorkload
 
 
 @dataclass
@@ -98,57 +109,59 @@ def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> Sw
     plan = build_plan(opts.pair, opts.sweep, _attached_arms(opts))
     run_id = opts.run_id or new_run_id(opts.pair.name)
     secrets = _secrets(opts)
-    manifest = {
-        "run_id": run_id,
-        "status": "running",
-        "mode": "attach" if opts.endpoint else "managed",
-        "endpoint": opts.endpoint,
-        "served_model": opts.served_model,  # attach: the model checked on /v1/models
-        "pair": opts.pair.model_dump(mode="json"),
-        "sweep": opts.sweep.model_dump(mode="json"),
-        "workloads": {w: opts.workloads[w].model_dump(mode="json") for w in opts.sweep.workloads},
-        "arms": _describe_arms(opts, plan, install, secrets),
-        "plan": [c.to_dict() for c in plan],
-        "gpus_per_server": _gpus(opts),
-        "versions": versions(
+    manifest = SweepManifest(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id,
+        status="running",
+        mode="attach" if opts.endpoint else "managed",
+        endpoint=opts.endpoint,
+        served_model=opts.served_model,
+        pair=opts.pair.model_dump(mode="json"),
+        sweep=opts.sweep.model_dump(mode="json"),
+        workloads={w: opts.workloads[w].model_dump(mode="json") for w in opts.sweep.workloads},
+        arms=_describe_arms(opts, plan, install, secrets),
+        plan=plan,
+        gpus_per_server=_gpus(opts),
+        versions=versions(
             install.distribution if install else None, install.version if install else None
         ),
-        "host": host_info(),
-        "git_commit": git_commit(),
-        "provenance": measurement_provenance(opts.endpoint or f"http://{opts.host}:{opts.port}"),
-        "command": redact(" ".join(sys.argv), secrets),
-        "started_at": utcnow(),
-        "ended_at": None,
-        "workload_sources": {},
-    }
+        host=host_info(),
+        git_commit=git_commit(),
+        provenance=Provenance.model_validate(
+            measurement_provenance(opts.endpoint or f"http://{opts.host}:{opts.port}")
+        ),
+        command=redact(" ".join(sys.argv), secrets),
+        started_at=utcnow(),
+        ended_at=None,
+        workload_sources={},
+    )
     store = RunStore.create(opts.results_dir, run_id, manifest)
     return _execute(store, opts, plan, install, reporter)
 
 
 def resume_sweep(
-    run_dir: Path, opts_override: dict, reporter: SweepReporter | None = None
+    run_dir: Path, opts_override: dict[str, Any], reporter: SweepReporter | None = None
 ) -> SweepOutcome:
     """Rerun every cell of a stored plan that has no finished row (failed ones included)."""
     reporter = reporter or SweepReporter()
     store = RunStore.open(run_dir)
-    m = store.read_manifest()
     try:
-        opts = SweepOptions(
-            pair=Pair.model_validate(m["pair"]),
-            sweep=Sweep.model_validate(m["sweep"]),
-            workloads={k: WorkloadSpec.model_validate(v) for k, v in m["workloads"].items()},
-            results_dir=store.root.parent,
-            run_id=m["run_id"],
-            endpoint=m.get("endpoint"),
-            **opts_override,
-        )
-        if opts.endpoint and m["arms"]:
-            a = m["arms"][0]
-            opts.attach_arm = Arm(a["kind"], a["k"])
-            opts.attach_gpus = m.get("gpus_per_server")
-        plan = [Cell(**{k: v for k, v in c.items() if k != "cell_id"}) for c in m["plan"]]
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        raise StoreError(f"{store.manifest_path}: {_manifest_problem(exc)}") from None
+        m = SweepInputs.model_validate(dump_manifest(store.read_manifest()))
+    except ValidationError as exc:
+        raise StoreError(f"{store.manifest_path}: {manifest_problem(exc)}") from None
+    opts = SweepOptions(
+        pair=m.pair,
+        sweep=m.sweep,
+        workloads=m.workloads,
+        results_dir=store.root.parent,
+        run_id=m.run_id,
+        endpoint=m.endpoint,
+        **opts_override,
+    )
+    if opts.endpoint and m.attach_arm is not None:
+        opts.attach_arm = m.attach_arm
+        opts.attach_gpus = m.gpus_per_server
+    plan = m.plan
     _check_options(opts)
     store.require_writable()
     install = None
@@ -164,20 +177,7 @@ def resume_sweep(
 
 
 # ----------------------------------------------------------------------------- internals
-def _manifest_problem(exc: Exception) -> str:
-    """One line for a manifest that does not describe a run this avbench can resume."""
-    from pydantic import ValidationError
-
-    if isinstance(exc, KeyError):
-        return f"not a sweep manifest (no {exc.args[0]!r} key)"
-    if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        return f"{exc.title.lower()}.{loc}: {err['msg']} (a manifest from another avbench?)"
-    return f"not a sweep manifest ({exc})"
-
-
-def check_new_run(opts: SweepOptions):
+def check_new_run(opts: SweepOptions) -> VllmInstall | None:
     """Everything about a new run that can be checked without a server: options, results
     directory, run id, and (launching) the vLLM install and the port. Returns the install."""
     _check_options(opts)
@@ -318,11 +318,13 @@ def _gpus(opts: SweepOptions) -> int:
     return opts.attach_gpus or opts.pair.gpus_per_server
 
 
-def _describe_arms(opts, plan, install, secrets) -> list[dict]:
+def _describe_arms(
+    opts: SweepOptions, plan: list[Cell], install: VllmInstall | None, secrets: list[str]
+) -> list[ArmEntry]:
     out = []
     for name in dict.fromkeys(c.arm for c in plan):
         arm = Arm.parse(name)
-        d: dict = {"name": name, "kind": arm.kind, "k": arm.k}
+        d: dict[str, Any] = {"name": name, "kind": arm.kind, "k": arm.k}
         if opts.endpoint:
             d["endpoint"] = opts.endpoint
         else:
@@ -343,12 +345,13 @@ def _describe_arms(opts, plan, install, secrets) -> list[dict]:
                     "kinds": list(capture.kinds),
                     "draft_fraction": capture.draft_fraction,
                 }
+            assert install is not None  # launched: check_new_run probed it
             try:
                 check_arm_supported(opts.pair, arm, install)
                 d["supported"], d["unsupported_reason"] = True, None
             except UnsupportedArm as exc:
                 d["supported"], d["unsupported_reason"] = False, str(exc)
-        out.append(d)
+        out.append(ArmEntry.model_validate(d))
     return out
 
 
@@ -531,7 +534,9 @@ def _auth_headers(opts: SweepOptions) -> dict[str, str]:
     return {"Authorization": f"Bearer {opts.api_key.get_secret_value()}"} if opts.api_key else {}
 
 
-def _record_engine(store: RunStore, arm: Arm, server, reporter: SweepReporter) -> dict:
+def _record_engine(
+    store: RunStore, arm: Arm, server: ServerProcess | None, reporter: SweepReporter
+) -> dict[str, str | None]:
     """What this arm's server chose (attention backend, CUDA graphs; avbench/server_log.py),
     for its manifest entry and every cell row; a warning when it differs from what the AV
     arm's OFF twin (or the twin's AV arm) chose in this run."""
@@ -543,15 +548,11 @@ def _record_engine(store: RunStore, arm: Arm, server, reporter: SweepReporter) -
         choices = engine_choices(server.log_path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return {}
-    arms = store.read_manifest().get("arms") or []
-    for a in arms:
-        if a.get("name") == arm.name:
-            a["engine"] = choices
-    store.update_manifest(arms=arms)
+    manifest = store.record_engine(arm.name, choices)
     twin = {"av": "static", "static": "av"}.get(arm.kind)
-    other = next((a for a in arms if a.get("name") == f"{twin}-k{arm.k}"), None)
-    if twin and other and other.get("engine"):
-        off, on = (choices, other["engine"]) if arm.kind == "static" else (other["engine"], choices)
+    other = manifest.arm(f"{twin}-k{arm.k}")
+    if twin and other and other.engine:
+        off, on = (choices, other.engine) if arm.kind == "static" else (other.engine, choices)
         diff = engine_differences(off, on)
         if diff:
             reporter.warning(
@@ -565,10 +566,11 @@ def _record_engine(store: RunStore, arm: Arm, server, reporter: SweepReporter) -
 class _WorkloadCache:
     """Loads each workload once per run; every arm gets the same list in the same order."""
 
-    def __init__(self, opts: SweepOptions, store: RunStore, plan: list[Cell]):
-        self.opts, self.store, self.plan, self._loaded = opts, store, plan, {}
+    def __init__(self, opts: SweepOptions, store: RunStore, plan: list[Cell]) -> None:
+        self.opts, self.store, self.plan = opts, store, plan
+        self._loaded: dict[str, LoadedWorkload] = {}
 
-    def get(self, name: str, base_url: str, model: str):
+    def get(self, name: str, base_url: str, model: str) -> LoadedWorkload:
         """``base_url``/``model``: the server whose /tokenize a generated workload may need."""
         if name not in self._loaded:
             from avbench.workloads.registry import load_workload
@@ -584,8 +586,5 @@ class _WorkloadCache:
             if not loaded.conversations:
                 raise AvbenchError(f"workload {name}: no prompts left after filtering")
             self._loaded[name] = loaded
-            m = self.store.read_manifest()
-            sources = m.get("workload_sources") or {}
-            sources[name] = loaded.manifest()
-            self.store.update_manifest(workload_sources=sources)
+            self.store.record_workload_source(name, loaded.manifest())
         return self._loaded[name]

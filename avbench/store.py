@@ -28,15 +28,27 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
 from avbench import __version__
+from avbench.artefacts import (
+    MANIFEST,
+    Host,
+    RunManifest,
+    SweepManifest,
+    Versions,
+    WorkloadSource,
+    dump_manifest,
+    manifest_problem,
+)
 from avbench.errors import StoreError, StoreFull
 from avbench.failures import CellFailure, failure_problem
 from avbench.records import RequestRecord
@@ -164,7 +176,9 @@ _TORN_LOSS = {
 }
 
 
-def _append_jsonl(path: Path, row: dict, on_warning: Callable[[str], None] = warn) -> None:
+def _append_jsonl(
+    path: Path, row: dict[str, Any], on_warning: Callable[[str], None] = warn
+) -> None:
     """Append one whole line, or nothing: a failed write is cut back to where it began."""
     _repair_torn_tail(path, on_warning)
     line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode()
@@ -180,14 +194,14 @@ def _append_jsonl(path: Path, row: dict, on_warning: Callable[[str], None] = war
 
 
 def _read_jsonl(
-    path: Path, problem: Callable[[dict], str | None], on_warning: Callable[[str], None]
-) -> list[dict]:
+    path: Path, problem: Callable[[dict[str, Any]], str | None], on_warning: Callable[[str], None]
+) -> list[dict[str, Any]]:
     """The rows of a .jsonl file; a line that is not one (not a JSON object, or ``problem``
     says why) is skipped with a one-line warning naming file:line, so one bad line never stops
     a reader."""
     if not path.exists():
         return []
-    rows = []
+    rows: list[dict[str, Any]] = []
     lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -196,6 +210,7 @@ def _read_jsonl(
             # No newline after it: torn even when it parses; moved aside before the next append.
             on_warning(f"{path}:{number}: last line is torn (a crash mid-write); skipped")
             continue
+        why: str | None
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -278,7 +293,10 @@ class RunStore:
 
     # -- creation / opening
     @classmethod
-    def create(cls, results_dir: Path, run_id: str, manifest: dict) -> RunStore:
+    def create(
+        cls, results_dir: Path, run_id: str, manifest: RunManifest | Mapping[str, Any]
+    ) -> RunStore:
+        """A new run directory with its manifest (a mapping is validated into the model)."""
         check_results_dir(results_dir)
         store = cls(Path(results_dir) / check_run_id(run_id))
         if store.root.exists() and any(store.root.iterdir()):
@@ -291,7 +309,7 @@ class RunStore:
         except OSError as exc:
             raise _store_error(exc, store.root) from None
         try:
-            store.write_manifest(manifest)
+            store.write_manifest(store._validated(manifest))
         except StoreError as exc:
             # Without its manifest the directory is no run --resume could open: leave none.
             if not existed:
@@ -325,34 +343,65 @@ class RunStore:
             except OSError as exc:
                 raise _store_error(exc, path, self.root) from None
 
-    def read_manifest(self) -> dict:
+    def read_manifest(self) -> RunManifest:
         try:
-            m = json.loads(self.manifest_path.read_bytes().decode("utf-8"))
+            raw = json.loads(self.manifest_path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StoreError(f"{self.manifest_path}: corrupt manifest (not JSON: {exc})") from None
         except OSError as exc:
             raise StoreError(f"{self.manifest_path}: cannot read ({exc.strerror})") from None
-        if not isinstance(m, dict):
+        if not isinstance(raw, dict):
             raise StoreError(
-                f"{self.manifest_path}: corrupt manifest (a JSON {type(m).__name__}, expected an "
-                "object)"
+                f"{self.manifest_path}: corrupt manifest (a JSON {type(raw).__name__}, expected "
+                "an object)"
             )
-        return m
+        return self._validated(raw)
 
-    def write_manifest(self, manifest: dict) -> None:
-        data = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
+    def _validated(self, manifest: RunManifest | Mapping[str, Any]) -> RunManifest:
+        """The one way a manifest becomes the model: a bad field is one line naming the file."""
+        raw = manifest if isinstance(manifest, Mapping) else dump_manifest(manifest)
+        try:
+            return MANIFEST.validate_python(dict(raw))
+        except ValidationError as exc:
+            raise StoreError(f"{self.manifest_path}: {manifest_problem(exc)}") from None
+
+    def write_manifest(self, manifest: RunManifest) -> None:
+        data = json.dumps(dump_manifest(manifest), indent=2, sort_keys=True).encode()
         try:
             _atomic_write(self.manifest_path, data)
         except OSError as exc:
             raise _store_error(exc, self.manifest_path, self.root) from None
 
-    def update_manifest(self, **fields) -> dict:
-        m = self.read_manifest() | fields
+    def update_manifest(self, **fields: Any) -> RunManifest:
+        """Replace top-level fields; the result is validated before it is written, atomically."""
+        m = self._validated(dump_manifest(self.read_manifest()) | fields)
         self.write_manifest(m)
         return m
 
+    def _sweep_manifest(self) -> SweepManifest:
+        m = self.read_manifest()
+        if not isinstance(m, SweepManifest):
+            raise StoreError(f"{self.manifest_path}: a merged run, not a sweep")
+        return m
+
+    def record_engine(self, arm: str, choices: dict[str, str | None]) -> SweepManifest:
+        """What the arm's server chose (server_log.engine_choices), into its manifest entry."""
+        m = self._sweep_manifest()
+        for a in m.arms:
+            if a.name == arm:
+                a.engine = choices
+        self.write_manifest(m)
+        return m
+
+    def record_workload_source(self, name: str, source: dict[str, Any]) -> None:
+        """What a workload's prompts were (LoadedWorkload.manifest), once it is loaded."""
+        m = self._sweep_manifest()
+        m.workload_sources[name] = WorkloadSource.model_validate(source)
+        m.workload_sources = m.workload_sources  # marks the field as set: it is written
+        self.write_manifest(m)
+
     # -- cells
-    def finished_cells(self) -> dict[str, dict]:
+    def finished_cells(self) -> dict[str, dict[str, Any]]:
         from avbench.cellrow import row_problem
 
         return {r["cell_id"]: r for r in _read_jsonl(self.cells_path, row_problem, self._warn)}
@@ -367,7 +416,9 @@ class RunStore:
             self._warned.add(message)
             self.on_warning(message)
 
-    def write_cell(self, row: dict, records: Iterable[RequestRecord], scrapes: dict) -> None:
+    def write_cell(
+        self, row: dict[str, Any], records: Iterable[RequestRecord], scrapes: dict[str, str | None]
+    ) -> None:
         """Persist one finished cell: records and scrapes first, the summary row last.
 
         A crash before the row is appended leaves the cell unfinished, so --resume reruns it.
@@ -420,7 +471,7 @@ class RunStore:
             tmp.unlink(missing_ok=True)  # frees what the partial file took
             raise _store_error(exc, path, self.root) from None
 
-    def _append(self, path: Path, row: dict) -> None:
+    def _append(self, path: Path, row: dict[str, Any]) -> None:
         try:
             _append_jsonl(path, row, self.on_warning)
         except OSError as exc:
@@ -467,7 +518,7 @@ def _run(cmd: list[str]) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def host_info() -> dict:
+def host_info() -> Host:
     cpu = None
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -479,14 +530,14 @@ def host_info() -> dict:
     gpus = _run(
         ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
     )
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "gpus": gpus.splitlines() if gpus else [],
-        "python": sys.version.split()[0],
-    }
+    return Host(
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        cpu=cpu,
+        cpu_count=os.cpu_count(),
+        gpus=gpus.splitlines() if gpus else [],
+        python=sys.version.split()[0],
+    )
 
 
 def git_commit() -> str | None:
@@ -497,9 +548,9 @@ def git_commit() -> str | None:
     return commit
 
 
-def versions(vllm_distribution: str | None, vllm_version: str | None) -> dict:
-    return {
-        "avbench": __version__,
-        "vllm": f"{vllm_distribution} {vllm_version}" if vllm_distribution else None,
-        "python": sys.version.split()[0],
-    }
+def versions(vllm_distribution: str | None, vllm_version: str | None) -> Versions:
+    return Versions(
+        avbench=__version__,
+        vllm=f"{vllm_distribution} {vllm_version}" if vllm_distribution else None,
+        python=sys.version.split()[0],
+    )

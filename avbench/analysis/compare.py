@@ -29,10 +29,12 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+
+from avbench.artefacts import RunManifest
 
 DEFAULT_TOLERANCE = 0.05
 BOOTSTRAP_RESAMPLES = 2000
@@ -88,7 +90,7 @@ class RunCells:
     (column -> values, ``metrics.data.request_latencies_ms``; empty when not stored)."""
 
     rows: pd.DataFrame
-    settings: list[dict]
+    settings: list[dict[str, Any]]
     requests: list[dict[str, np.ndarray]] | None = None
 
     def __post_init__(self) -> None:
@@ -100,7 +102,7 @@ class RunCells:
 
 @dataclass(frozen=True)
 class CellComparison:
-    key: dict
+    key: dict[str, Any]
     base_repeats: int
     new_repeats: int
     deltas: list[MetricDelta]
@@ -120,8 +122,8 @@ class CellComparison:
 
 @dataclass(frozen=True)
 class Mismatch:
-    key: dict
-    differences: dict[str, tuple]  # setting -> (base value, new value)
+    key: dict[str, Any]
+    differences: dict[str, tuple[Any, Any]]  # setting -> (base value, new value)
 
 
 @dataclass
@@ -129,8 +131,8 @@ class Comparison:
     tolerance: float
     cells: list[CellComparison] = field(default_factory=list)
     mismatched: list[Mismatch] = field(default_factory=list)
-    only_base: list[dict] = field(default_factory=list)
-    only_new: list[dict] = field(default_factory=list)
+    only_base: list[dict[str, Any]] = field(default_factory=list)
+    only_new: list[dict[str, Any]] = field(default_factory=list)
 
     def count(self, verdict: Verdict) -> int:
         return sum(c.verdict == verdict for c in self.cells)
@@ -177,7 +179,7 @@ def server_signature(command: list[str] | None) -> list[str] | None:
     return out
 
 
-def _jsonable(v):
+def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and math.isnan(v):
         return None
     if isinstance(v, np.generic):
@@ -185,16 +187,18 @@ def _jsonable(v):
     return v
 
 
-def cell_settings(row: dict, manifest: dict) -> dict:
+def cell_settings(row: dict[str, Any], manifest: RunManifest) -> dict[str, Any]:
     """What must agree for a cell of two runs to be compared (see the module docstring).
 
     ``manifest`` is the run manifest the row came from (for a merged run, its source's)."""
-    arms = {a.get("name"): a for a in manifest.get("arms") or []}
-    arm = arms.get(row.get("arm"), {})
+    arm = next((a for a in manifest.arms if a.name == row.get("arm")), None)
     settings = {c: _jsonable(row.get(c)) for c in (*SAMPLING_COLUMNS, *REQUEST_COLUMNS)}
-    settings["server_command"] = server_signature(arm.get("command"))
-    settings["server_env"] = arm.get("env")
-    settings["capture"] = arm.get("capture")  # live captures cost the server some time
+    settings["server_command"] = server_signature(arm.command if arm else None)
+    settings["server_env"] = arm.env if arm else None
+    # live captures cost the server some time
+    settings["capture"] = (
+        arm.capture.model_dump(exclude_unset=True) if arm and arm.capture else None
+    )
     settings["gpus"] = _jsonable(row.get("gpus"))
     return settings
 
@@ -207,19 +211,19 @@ def _spread(v: pd.Series) -> float:
     return float((v.max() - v.min()) / abs(v.mean()))
 
 
-def _key_of(row) -> tuple:
+def _key_of(row: Any) -> tuple[Any, ...]:
     return tuple(_norm_key(row.get(k)) for k in KEYS)
 
 
-def _norm_key(v):
+def _norm_key(v: Any) -> Any:
     v = _jsonable(v)
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return v
 
 
-def _groups(run: RunCells) -> dict[tuple, dict]:
-    out: dict[tuple, dict] = {}
+def _groups(run: RunCells) -> dict[tuple[Any, ...], dict[str, Any]]:
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     requests = run.requests or [{} for _ in run.settings]
     for (_, row), s, req in zip(run.rows.iterrows(), run.settings, requests, strict=True):
         g = out.setdefault(_key_of(row), {"rows": [], "settings": s, "requests": []})
@@ -248,8 +252,10 @@ def _pooled(requests: list[dict[str, np.ndarray]], column: str) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _delta(metric: Metric, base: dict, new: dict, tolerance: float) -> MetricDelta:
-    def values(g: dict) -> pd.Series:
+def _delta(
+    metric: Metric, base: dict[str, Any], new: dict[str, Any], tolerance: float
+) -> MetricDelta:
+    def values(g: dict[str, Any]) -> pd.Series:
         col = g["frame"].get(metric.column, pd.Series(dtype=float))
         return pd.to_numeric(col, errors="coerce")
 
@@ -308,13 +314,13 @@ def compare_cells(
 
 
 # ----------------------------------------------------------------------------- rendering
-def load_label(key: dict) -> str:
+def load_label(key: dict[str, Any]) -> str:
     if key.get("rate") is not None:
         return f"r={key['rate']:g}/s"
     return f"c={key['concurrency']}"
 
 
-def cell_label(key: dict) -> str:
+def cell_label(key: dict[str, Any]) -> str:
     return f"{key['pair']} / {key['workload']} / {key['arm']} / {load_label(key)}"
 
 
@@ -325,21 +331,21 @@ def format_delta(d: MetricDelta) -> str:
     return f"{d.rel:+.1%} (±{d.noise:.0%}){mark}"
 
 
-def _short(v) -> str:
+def _short(v: Any) -> str:
     s = json.dumps(v, sort_keys=True, default=str) if not isinstance(v, str) else v
     return s if len(s) <= 80 else s[:77] + "..."
 
 
-def describe_difference(base, new) -> str:
+def describe_difference(base: Any, new: Any) -> str:
     """A setting's change, short: for argument lists only what was added and removed."""
     if isinstance(base, list) and isinstance(new, list):
-        sm = difflib.SequenceMatcher(a=[str(x) for x in base], b=[str(x) for x in new])
+        a, b = [str(x) for x in base], [str(x) for x in new]
         parts = []
-        for op, i1, i2, j1, j2 in sm.get_opcodes():
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b).get_opcodes():
             if op in ("delete", "replace"):
-                parts.append("- " + " ".join(sm.a[i1:i2]))
+                parts.append("- " + " ".join(a[i1:i2]))
             if op in ("insert", "replace"):
-                parts.append("+ " + " ".join(sm.b[j1:j2]))
+                parts.append("+ " + " ".join(b[j1:j2]))
         return "; ".join(_short(p) for p in parts) or "same"
     return f"{_short(base)} → {_short(new)}"
 

@@ -76,7 +76,7 @@ def _run_cells(path: Path) -> RunCells:
     import pandas as pd
 
     from avbench.analysis.compare import RunCells, cell_settings
-    from avbench.merge import source_manifest
+    from avbench.artefacts import source_manifest
     from avbench.metrics.data import request_latencies_ms
     from avbench.store import RunStore
 

@@ -167,7 +167,7 @@ NameList = Annotated[list[str] | None, CliType(str | None), BeforeValidator(_nam
 RateList = Annotated[list[float] | None, CliType(str | None), BeforeValidator(_rate_list)]
 
 RATES_HELP = "Open loop instead: requests per second, e.g. 2,8 (like vllm bench --request-rate)"
-SUITES_HELP = "Suite directory (default: ./suites or $AVBENCH_SUITES)"
+SUITES_HELP = "Suite directory (default: $AVBENCH_SUITES, else ./suites, else the suites shipped with avbench)"
 Suites = Annotated[Path | None, typer.Option("--suites", help=SUITES_HELP)]
 VllmPython = Annotated[
     str,

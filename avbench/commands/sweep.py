@@ -394,15 +394,16 @@ def _preflight_stored(run_dir: Path, python: str) -> None:
     """Pre-flight of a run being resumed: the vLLM may have changed since it started."""
     from pydantic import ValidationError
 
+    from avbench.artefacts import SweepManifest
     from avbench.store import RunStore
     from avbench.suite import Pair, Sweep
 
     m = RunStore.open(run_dir).read_manifest()
-    if m.get("endpoint"):
+    if not isinstance(m, SweepManifest) or m.endpoint:
         return
     try:
-        pair, sweep = Pair.model_validate(m["pair"]), Sweep.model_validate(m["sweep"])
-    except (KeyError, TypeError, ValidationError):
+        pair, sweep = Pair.model_validate(m.pair), Sweep.model_validate(m.sweep)
+    except ValidationError:
         return  # resume_sweep names what the manifest lacks
     _preflight(pair, sweep, None, python)
 

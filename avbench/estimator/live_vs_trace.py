@@ -202,7 +202,7 @@ def load_live_run(run_dir: Path) -> LiveRun:
         raise LiveCheckError("api: only chat workloads are traced (the server renders them)")
     if _same(cells, "chat_template_kwargs"):
         raise LiveCheckError("chat_template_kwargs: traced prompts use the plain template")
-    pair = Pair.model_validate(manifest["pair"])
+    pair = Pair.model_validate(manifest.pair)
     drafts = sum(int(c["num_drafts"]) for c in cells)
     accepted = np.array(
         [sum(c[f"accept_pos_{i}"] * c["num_drafts"] for c in cells) for i in range(k)]
@@ -227,13 +227,15 @@ def load_live_run(run_dir: Path) -> LiveRun:
 def cell_messages(run: LiveRun) -> dict[str, list[list[dict[str, str]]]]:
     """Each cell's measured conversations as the sweep sent them (same loader, spec, order and
     warmup split as the runner), as chat messages."""
+    from avbench.artefacts import SweepManifest
     from avbench.cell_run import select_conversations
     from avbench.store import RunStore
     from avbench.workloads.registry import load_workload
     from avbench.workloads.spec import WorkloadSpec
     from avbench.workloads.tokens import messages_for
 
-    specs = RunStore.open(run.run_dir).read_manifest()["workloads"]
+    manifest = RunStore.open(run.run_dir).read_manifest()
+    specs = manifest.workloads if isinstance(manifest, SweepManifest) else {}
     loaded: dict[str, object] = {}
     out = {}
     for c in run.cells:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from avbench.artefacts import RunManifest
 from avbench.errors import AvbenchError
 from avbench.plan import Arm, Cell
 from avbench.predict.curves import CostTables, fit_cost_tables
@@ -121,17 +122,17 @@ def _row(source: SourceCell, arm: Arm, pred: Prediction, spec: dict | None, code
     return row
 
 
-def _spec_config(manifest: dict, arm: Arm, schedule: Schedule | None) -> dict | None:
+def _spec_config(manifest: RunManifest, arm: Arm, schedule: Schedule | None) -> dict | None:
     from avbench.server import speculative_config
     from avbench.suite import Pair, Sweep
 
-    if "pair" not in manifest or "sweep" not in manifest:
-        raise AvbenchError(f"run {manifest.get('run_id')}: its manifest names no pair and sweep")
-    sweep = manifest["sweep"]
+    if not manifest.pair or not manifest.sweep:
+        raise AvbenchError(f"run {manifest.run_id}: its manifest names no pair and sweep")
+    sweep = manifest.sweep
     if arm.kind == "dyn":
         sweep = sweep | {"arms": [*sweep.get("arms", []), "dyn"], "schedule": schedule}
     return speculative_config(
-        Pair.model_validate(manifest["pair"]), arm, Sweep.model_validate(sweep)
+        Pair.model_validate(manifest.pair), arm, Sweep.model_validate(sweep)
     )
 
 
@@ -149,7 +150,7 @@ def _predict_arm(ctx: _Context, arm: Arm, policy: Policy) -> list[dict]:
 @dataclass
 class _Context:
     store: RunStore
-    manifest: dict
+    manifest: RunManifest
     sources: list[SourceCell]
     tables: CostTables | None  # None: no step timings (acceptance alone)
     code: DecisionCode

@@ -27,8 +27,8 @@ def _deploy(runs: RunSet, rec: Recommendation) -> dict[str, dict | None]:
     """Speculative configs built exactly as the sweep built its arms (same drafting method and
     pinned backend), from the manifest of the pair's first run."""
     manifest = runs.manifest_of(rec.pair)
-    pair = Pair.model_validate(manifest["pair"])
-    sweep = manifest["sweep"]
+    pair = Pair.model_validate(manifest.pair)
+    sweep = manifest.sweep
     out: dict[str, dict | None] = {}
     if rec.deploy_schedule is not None:
         schedule = rec.deploy_schedule
@@ -66,7 +66,7 @@ def dyn_settings_from(runs: RunSet, pair: str) -> dict:
             f"--schedule-from {ids}: no static-K arm of pair {pair} was measured at a "
             "concurrency, so there is no best static K to schedule"
         )
-    sweep = Sweep.model_validate(runs.manifest_of(pair)["sweep"])
+    sweep = Sweep.model_validate(runs.manifest_of(pair).sweep)
     return {
         "schedule": mine[0].pooled.schedule,
         "draft_sample_method": sweep.draft_method,

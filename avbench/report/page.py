@@ -29,6 +29,7 @@ from avbench.analysis.points import (
     per_verified,
     views,
 )
+from avbench.artefacts import ArmEntry
 from avbench.errors import StoreFull
 from avbench.report import figures as figs
 from avbench.report import tables
@@ -165,19 +166,19 @@ def _header(page: _Page, rs: RunSet) -> None:
     rows = []
     for r in rs.runs:
         m = r.manifest
-        sweep = m.get("sweep") or {}
+        sweep = m.sweep
         smp = sweep.get("sampling") or {}
         rows.append(
             (
                 r.run_id,
                 r.pair,
                 str(sweep.get("name", tables.MISSING)),
-                str((m.get("versions") or {}).get("vllm") or tables.MISSING),
+                str((m.versions.vllm if m.versions else None) or tables.MISSING),
                 f"temp {smp.get('temperature', tables.MISSING)}, top_p "
                 f"{smp.get('top_p', tables.MISSING)}, max_tokens "
                 f"{smp.get('max_tokens', tables.MISSING)}",
-                str(m.get("status", tables.MISSING)),
-                str(m.get("started_at", tables.MISSING)),
+                str(m.status or tables.MISSING),
+                str(m.started_at or tables.MISSING),
             )
         )
     page.table(
@@ -186,11 +187,11 @@ def _header(page: _Page, rs: RunSet) -> None:
     configs = []
     for r in rs.runs:
         seen = rs.cells[rs.cells["run_id"] == r.run_id] if not rs.cells.empty else rs.cells
-        for a in r.manifest.get("arms") or []:
+        for a in r.manifest.arms:
             spec = _arm_config(seen, a)
-            engine = a.get("engine") or {}
+            engine = a.engine or {}
             chosen = [engine.get(c) or tables.MISSING for c in ENGINE_COLUMNS]
-            configs.append((r.run_id, a["name"], spec, *chosen))
+            configs.append((r.run_id, a.name, spec, *chosen))
     if configs:
         page.table(
             tables.Table(
@@ -220,16 +221,16 @@ def _header(page: _Page, rs: RunSet) -> None:
         page.text(f"{nm.arm} ({nm.run_id}) was not measured: {nm.reason}", "warn")
 
 
-def _arm_config(cells: pd.DataFrame, arm: dict) -> str:
+def _arm_config(cells: pd.DataFrame, arm: ArmEntry) -> str:
     if not cells.empty and "speculative_config" in cells:
-        cfg = cells.loc[cells["arm"] == arm["name"], "speculative_config"].dropna()
+        cfg = cells.loc[cells["arm"] == arm.name, "speculative_config"].dropna()
         if len(cfg):
             return json.dumps(_short_model(cfg.iloc[0]), sort_keys=True)
-    cmd = arm.get("command") or []
+    cmd = arm.command or []
     if "--speculative-config" in cmd:
         spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
         return json.dumps(_short_model(spec), sort_keys=True)
-    return "none (no speculation)" if arm.get("kind") == "baseline" else tables.MISSING
+    return "none (no speculation)" if arm.kind == "baseline" else tables.MISSING
 
 
 def _short_model(cfg: dict) -> dict:
@@ -410,7 +411,7 @@ def _schedule_of(rs: RunSet, pair: str, arm: str) -> list | None:
         if cfg.get("num_speculative_tokens_per_batch_size"):
             return cfg["num_speculative_tokens_per_batch_size"]
     for run_id in dict.fromkeys(cells["run_id"]):
-        schedule = (rs.run_of(run_id).manifest.get("sweep") or {}).get("schedule")
+        schedule = rs.run_of(run_id).manifest.sweep.get("schedule")
         if schedule:
             return schedule
     return None

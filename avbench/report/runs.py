@@ -7,10 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from avbench.artefacts import MergedManifest, RunManifest
 from avbench.errors import AvbenchError
 from avbench.failures import FailureKind
 from avbench.metrics.quality import fill_identity
@@ -29,15 +31,15 @@ class NotMeasured:
 @dataclass
 class Run:
     store: RunStore
-    manifest: dict
+    manifest: RunManifest
 
     @property
     def run_id(self) -> str:
-        return self.manifest.get("run_id") or self.store.root.name
+        return self.manifest.run_id or self.store.root.name
 
     @property
     def pair(self) -> str:
-        return (self.manifest.get("pair") or {}).get("name", "?")
+        return self.manifest.pair_name
 
 
 @dataclass
@@ -66,7 +68,7 @@ class RunSet:
         gaps = ~key(self.predicted).isin(have)
         return pd.concat([self.cells, self.predicted[gaps.to_numpy()]], ignore_index=True)
 
-    def unresolved_failures(self) -> list[dict]:
+    def unresolved_failures(self) -> list[dict[str, Any]]:
         """Failed cells no later attempt (--resume) finished, unsupported arms left out."""
         out = []
         for run in self.runs:
@@ -81,23 +83,22 @@ class RunSet:
         out = []
         for run in self.runs:
             measured = set(self.cells.loc[self.cells["run_id"] == run.run_id, "arm"])
-            for a in run.manifest.get("arms") or []:
-                if a.get("supported") is False and a["name"] not in measured:
-                    out.append(
-                        NotMeasured(run.run_id, a["name"], a.get("unsupported_reason") or "")
-                    )
+            for a in run.manifest.arms:
+                if a.supported is False and a.name not in measured:
+                    out.append(NotMeasured(run.run_id, a.name, a.unsupported_reason or ""))
         return out
 
     def run_of(self, run_id: str) -> Run:
         return next(r for r in self.runs if r.run_id == run_id)
 
-    def manifest_of(self, pair: str) -> dict:
+    def manifest_of(self, pair: str) -> RunManifest:
         """The manifest of the first run (or merged run's source) that swept this pair."""
         if pair in self.profile_runs:
             return self.run_of(self.profile_runs[pair]).manifest
         for run in self.runs:
-            for m in [run.manifest, *(run.manifest.get("sources") or {}).values()]:
-                if (m.get("pair") or {}).get("name") == pair:
+            sources = run.manifest.sources if isinstance(run.manifest, MergedManifest) else {}
+            for m in [run.manifest, *sources.values()]:
+                if m.pair.get("name") == pair:
                     return m
         raise AvbenchError(f"no run of pair {pair} among {', '.join(r.run_id for r in self.runs)}")
 
@@ -132,6 +133,9 @@ class RunSet:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+_NONE = np.array(None, dtype=object)  # no cell: an object column of None
+
+
 def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     if cells.empty or "finished_at" not in cells:
         return refits.assign(workload=None, cell_id=None)
@@ -142,8 +146,8 @@ def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     inside = idx < len(ends)
     pick = ends.iloc[np.minimum(idx, len(ends) - 1)]
     return refits.assign(
-        workload=np.where(inside, pick["workload"].to_numpy(), None),
-        cell_id=np.where(inside, pick["cell_id"].to_numpy(), None),
+        workload=np.where(inside, pick["workload"].to_numpy(), _NONE),
+        cell_id=np.where(inside, pick["cell_id"].to_numpy(), _NONE),
     )
 
 
@@ -152,7 +156,9 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
         raise AvbenchError("expected at least one run directory")
     from avbench.predict.run import read_predicted
 
-    runs, frames, predicted = [], [], []
+    runs: list[Run] = []
+    frames: list[pd.DataFrame] = []
+    predicted: list[pd.DataFrame] = []
     for p in paths:
         store = RunStore.open(Path(p))
         run = Run(store, store.read_manifest())
@@ -177,7 +183,7 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
 
 
 def _sampling(run: Run) -> str | None:
-    smp = (run.manifest.get("sweep") or {}).get("sampling")
+    smp = run.manifest.sweep.get("sampling")
     if not smp:
         return None
     return f"temp {smp.get('temperature', 1.0):g}, top_p {smp.get('top_p', 1.0):g}"

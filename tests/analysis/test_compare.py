@@ -16,6 +16,7 @@ from avbench.analysis.compare import (
     server_signature,
     to_markdown,
 )
+from avbench.artefacts import SweepManifest
 
 COMMAND = [
     "/some/venv/bin/python3",
@@ -30,7 +31,9 @@ COMMAND = [
     "--max-model-len",
     "1024",
 ]
-MANIFEST = {"arms": [{"name": "static-k3", "command": COMMAND, "env": {"A": "1"}}]}
+MANIFEST = {
+    "arms": [{"name": "static-k3", "kind": "static", "command": COMMAND, "env": {"A": "1"}}]
+}
 
 
 def rows(tput: list[float], *, conc: int = 4, arm: str = "static-k3", **extra) -> list[dict]:
@@ -70,12 +73,12 @@ def compare(
     return compare_cells(
         RunCells(
             pd.DataFrame(base),
-            [cell_settings(r, MANIFEST) for r in base],
+            [cell_settings(r, SweepManifest.model_validate(MANIFEST)) for r in base],
             requests[0] if requests else None,
         ),
         RunCells(
             pd.DataFrame(new),
-            [cell_settings(r, manifest_new) for r in new],
+            [cell_settings(r, SweepManifest.model_validate(manifest_new)) for r in new],
             requests[1] if requests else None,
         ),
         **kw,
@@ -170,7 +173,9 @@ def test_different_settings_are_listed_never_compared():
 
 def test_server_flags_are_a_setting_unless_ignored():
     slow_cmd = [*COMMAND, "--max-num-seqs", "1"]
-    slow = {"arms": [{"name": "static-k3", "command": slow_cmd, "env": {"A": "1"}}]}
+    slow = {
+        "arms": [{"name": "static-k3", "kind": "static", "command": slow_cmd, "env": {"A": "1"}}]
+    }
     res = compare(rows([100, 100]), rows([50, 50]), manifest_new=slow)
     assert [list(m.differences) for m in res.mismatched] == [["server_command"]]
     assert "`server_command`: + --max-num-seqs 1" in to_markdown(res, "a", "b")

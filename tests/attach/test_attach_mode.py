@@ -67,11 +67,11 @@ def test_synthetic_attach_sweep_without_suite_file(tmp_path):
     assert len(prompts) == 36  # 32 measured + 4 warmup
 
     manifest = store.read_manifest()
-    assert manifest["mode"] == "attach" and manifest["pair"]["served_model_name"] is None
-    assert manifest["served_model"] == "served-x"
-    src = manifest["workload_sources"]["synthetic"]
-    assert src["source"]["origin"] == "synthetic:server:/tokenize of served-x"
-    assert src["source"]["extra"]["inexact_prompts"] == 0
+    assert manifest.mode == "attach" and manifest.pair["served_model_name"] is None
+    assert manifest.served_model == "served-x"
+    src = manifest.workload_sources["synthetic"]
+    assert src.source.origin == "synthetic:server:/tokenize of served-x"
+    assert src.source.extra["inexact_prompts"] == 0
 
 
 def test_wrong_model_fails_before_any_request(tmp_path):
@@ -111,7 +111,7 @@ def test_provenance_read_back_from_manifest_and_cells(tmp_path):
         )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     store = RunStore.open(tmp_path / "r" / "p")
-    prov = store.read_manifest()["provenance"]
+    prov = store.read_manifest().provenance.model_dump()
     assert set(PROVENANCE) <= set(prov)
     assert prov["transport"].startswith("avbench FastTransport")  # http:// -> our transport
     assert prov["event_loop"].split()[0] == "uvloop"  # a runtime dependency, always used

@@ -56,8 +56,8 @@ def test_recommend_then_measure_the_schedule_as_a_dyn_arm(tmp_path):
 
     avbench("sweep", *common, "--schedule-from", str(static), "--run-id", "dyn",
             "--port", str(find_free_port()))  # fmt: skip
-    (dyn_arm,) = RunStore.open(tmp_path / "dyn").read_manifest()["arms"]
-    assert dyn_arm["name"] == f"dyn-k{max(k for _, _, k in schedule)}"
+    (dyn_arm,) = RunStore.open(tmp_path / "dyn").read_manifest().arms
+    assert dyn_arm.name == f"dyn-k{max(k for _, _, k in schedule)}"
     dyn_rows = list(RunStore.open(tmp_path / "dyn").finished_cells().values())
     assert len(dyn_rows) == 2
     for r in dyn_rows:

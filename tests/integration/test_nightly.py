@@ -111,7 +111,7 @@ def test_make_nightly_tiny_cpu(nightly):
         assert row["cudagraph_mode_chosen"] == "NONE" and row["attention_backend_chosen"] is None
         assert row.get("trimmed_share", 0.0) == 0.0  # (a cell may have no sampled request)
         assert row["acceptance_rate_per"] == "verified draft"
-    (arm,) = [a for a in store.read_manifest()["arms"] if a["name"] == "static-k3"]
+    (arm,) = [a.model_dump() for a in store.read_manifest().arms if a.name == "static-k3"]
     assert arm["engine"]["cudagraph_mode_chosen"] == "NONE"
     assert (run / "report.md").exists() and (run / "report.html").exists()
     # AV predicted from its OFF twin (no measured AV on CPU, so no error to store yet).

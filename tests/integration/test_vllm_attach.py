@@ -64,7 +64,7 @@ def test_synthetic_lengths_are_what_the_server_counted(vllm, tmp_path):
         assert {r.completion_tokens for r in records} == {128}
         assert {len(r.output_token_ids) for r in records} == {128}
         assert row["acceptance_length"] is not None and row["acceptance_length"] > 1
-    src = store.read_manifest()["workload_sources"]["synthetic"]["source"]
+    src = store.read_manifest().workload_sources["synthetic"].source.model_dump()
     assert src["origin"] == "synthetic:server:/tokenize of tiny-target"
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from avbench.artefacts import source_manifest
 from avbench.errors import AvbenchError
+from avbench.artefacts import source_manifest
 from avbench.failures import CellFailure
-from avbench.merge import merge_runs, source_manifest
+from avbench.merge import merge_runs
 from avbench.records import RequestRecord
 from avbench.store import RunStore
 
@@ -99,8 +101,8 @@ def test_merge_keeps_every_cell_record_and_source(tmp_path):
         merged.root / "sources/night-b/arms/static-k3/server.log"
     ).read_text() == "log of night-b\n"
     m = merged.read_manifest()
-    assert m["merged_from"] == ["night-a", "night-b"] and m["pairs"] == ["pair-a", "pair-b"]
-    assert source_manifest(m, "night-b")["pair"]["name"] == "pair-b"
+    assert m.merged_from == ["night-a", "night-b"] and m.pairs == ["pair-a", "pair-b"]
+    assert source_manifest(m, "night-b").pair["name"] == "pair-b"
 
 
 def test_report_reads_a_run_spread_over_two_machines(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from avbench.artefacts import SweepManifest
 from avbench.plan import build_plan
 from avbench.plan_cost import estimate_wall_time, format_duration, plan_work
 from avbench.suite import Pair, Sweep
@@ -79,7 +80,7 @@ def test_wall_time_from_a_previous_run():
         + pd.Timedelta(seconds=in_cells + 4 * 100),
     }
     manifest["ended_at"] = manifest["ended_at"].isoformat()
-    est = estimate_wall_time(cells, w, prev, manifest)
+    est = estimate_wall_time(cells, w, prev, SweepManifest.model_validate(manifest))
     assert est.server_start_s == pytest.approx(100)
     assert est.seconds == pytest.approx(in_cells + 4 * 100)
     assert (est.cells_priced, est.cells_fallback) == (len(prev), 0)
@@ -102,7 +103,7 @@ def test_unmatched_cells_fall_back_to_the_same_load():
             for c in (1, 4)
         ]
     )
-    est = estimate_wall_time(cells, w, prev, {})
+    est = estimate_wall_time(cells, w, prev, SweepManifest())
     expected = sum((c.num_requests + c.warmup) * c.concurrency for c in cells if c.arm != "av-k3")
     assert est.seconds == pytest.approx(expected)
     # 16 cells run (av unsupported); 4 of them are static-k3 on one-turn (2 loads x 2 repeats).

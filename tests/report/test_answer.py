@@ -7,7 +7,7 @@ from avbench.report.runs import load_runs
 
 def test_dyn_settings_carry_the_schedule_and_the_runs_drafting(run_factory, tmp_path):
     store = run_factory(tmp_path)
-    store.update_manifest(sweep=store.read_manifest()["sweep"] | {"arms": ["static", "av"]})
+    store.update_manifest(sweep=store.read_manifest().sweep | {"arms": ["static", "av"]})
     settings = dyn_settings_from(load_runs([store.root]), "tiny")
     assert settings == {
         "schedule": [(1, 8, 3), (9, 16, 1)],

@@ -16,7 +16,7 @@ def test_two_sampling_profiles_of_a_pair_stay_apart(tmp_path, run_factory):
     assert set(rs.cells["pair"]) == labels
     # Each profile its own answer, built from its own run's manifest.
     assert {a.pooled.pair for a in answers(rs)} == labels
-    assert rs.manifest_of("tiny (temp 1, top_p 0.95)")["run_id"] == "t1"
+    assert rs.manifest_of("tiny (temp 1, top_p 0.95)").run_id == "t1"
     md = write_report([t0.root, t1.root], tmp_path / "out", static_figures=False)
     text = md.markdown.read_text()
     assert (

@@ -83,7 +83,7 @@ def test_each_arm_records_its_choice_and_the_twin_that_differs_warns(tmp_path):
     (warning,) = reporter.warnings
     assert "static-k3 (OFF) and av-k3 (ON) servers differ beyond AV" in warning
     assert "attention backend chosen FLASHINFER vs FLASH_ATTN" in warning
-    recorded = {a["name"]: a["engine"] for a in store.read_manifest()["arms"]}
+    recorded = {a.name: a.engine for a in store.read_manifest().arms}
     assert recorded == {"static-k3": off, "av-k3": on}
     assert _record_engine(store, Arm("av", 3), None, reporter) == {}  # attached: no log
 
