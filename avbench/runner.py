@@ -762,7 +762,7 @@ def per_turn_columns(records, window_s: float, gpus: int) -> dict:
 
 def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> CellMeasurement:
     """Drive one cell and compute its row; the caller judges it and stores it."""
-    from avbench.loadgen.client import run_drive
+    from avbench.loadgen.client import DriveHooks, Load, run_drive
     from avbench.metrics import compute_cell_metrics
 
     loaded = workloads.get(cell.workload, base_url, model)
@@ -811,14 +811,14 @@ def run_cell(store, opts, arm, cell, base_url, model, workloads, reporter) -> Ce
         endpoint,
         sampling,
         warm + measured,
-        concurrency=cell.concurrency,
-        rate=cell.rate,
-        warmup=len(warm),
-        on_record=reporter.request_done,
-        render_prompt=render,
-        before_measure=lambda: scrape("before"),
-        after_measure=lambda: scrape("after"),
-        finish_when=monitor.observe if monitor is not None else None,
+        Load(concurrency=cell.concurrency, rate=cell.rate, warmup=len(warm)),
+        DriveHooks(
+            on_record=reporter.request_done,
+            render_prompt=render,
+            before_measure=lambda: scrape("before"),
+            after_measure=lambda: scrape("after"),
+            finish_when=monitor.observe if monitor is not None else None,
+        ),
     )
     records = result.records
     if result.stop is not None:  # a failed cell (judge_cell): nothing to compute

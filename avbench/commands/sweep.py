@@ -563,7 +563,7 @@ def sweep(
                     if v is not None
                 },
             }
-            from avbench.attach import Lengths, apply_lengths, attached_setup
+            from avbench.attach import AttachedServer, Lengths, apply_lengths, attached_setup
 
             lengths = Lengths(input_len, output_len, len_range)
             if pair is None:  # attached, no suite file: an in-memory pair and sweep
@@ -571,10 +571,7 @@ def sweep(
                 from avbench.workloads.registry import builtin_workloads
 
                 p, s, specs = attached_setup(
-                    endpoint,
-                    model=model,
-                    arm=arm,
-                    tokenizer=tokenizer,
+                    AttachedServer(endpoint, model=model, arm=arm, tokenizer=tokenizer),
                     sweep_fields={k: v for k, v in overrides.items() if k != "sampling"}
                     | {"sequential": merge_sequential(None, sequential)},
                     sampling=overrides["sampling"],
