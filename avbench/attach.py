@@ -57,37 +57,50 @@ def apply_lengths(
     return out
 
 
+@dataclass(frozen=True)
+class AttachedServer:
+    """The running server an attached sweep measures, as the command line names it.
+
+    ``model``: the served model to ask for (None: the one /v1/models lists). ``arm``: the label
+    of what the server runs (None: baseline). ``tokenizer``: a local tokenizer directory for
+    synthetic prompts (None: the server's /tokenize).
+    """
+
+    endpoint: str
+    model: str | None = None
+    arm: str | None = None
+    tokenizer: Path | None = None
+
+
 def attached_setup(
-    endpoint: str,
+    server: AttachedServer,
     *,
-    model: str | None,
-    arm: str,
-    tokenizer: Path | None,
     sweep_fields: dict,
     sampling: dict,
     workloads: dict[str, WorkloadSpec],
     lengths: Lengths,
 ) -> tuple[Pair, Sweep, dict[str, WorkloadSpec]]:
-    """An in-memory pair and sweep for one attached arm (no suite file).
-
-    ``model``: the served model to ask for (None: the one /v1/models lists). ``tokenizer``: a
-    local tokenizer directory for synthetic prompts (None: the server's /tokenize).
-    """
+    """An in-memory pair and sweep for one attached arm (no suite file)."""
     try:
-        parsed = Arm.parse(arm or "baseline")
+        parsed = Arm.parse(server.arm or "baseline")
     except ValueError as exc:
         raise AvbenchError(f"--arm: {exc}") from None
+    tokenizer, model = server.tokenizer, server.model
     if tokenizer is not None and not Path(tokenizer).is_dir():
         raise AvbenchError(f"--tokenizer {tokenizer}: not a directory (a local tokenizer dir)")
     pair = Pair(
         name=ATTACHED_PAIR,
-        description=f"server at {endpoint}",
+        description=f"server at {server.endpoint}",
         target=str(tokenizer) if tokenizer is not None else (model or "served model"),
         method="unknown",
         max_k=max(parsed.k, 1),
         served_model_name=model,
     )
-    data = {"name": "attached", "workloads": ["synthetic"], "arms": [parsed.kind]}
+    data: dict[str, object] = {
+        "name": "attached",
+        "workloads": ["synthetic"],
+        "arms": [parsed.kind],
+    }
     data |= {k: v for k, v in sweep_fields.items() if v is not None}
     data["sampling"] = {k: v for k, v in sampling.items() if v is not None}
     try:

@@ -6,7 +6,14 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from avbench.metrics.quality import identity_text
@@ -91,7 +98,7 @@ class RichReporter(SweepReporter):
             transient=False,
         )
         self.progress.start()
-        self._task = None
+        self._task: TaskID | None = None
         self._t0 = 0.0
         self._tokens = 0
 

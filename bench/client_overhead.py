@@ -43,7 +43,7 @@ def _pin(cpu: int | None) -> None:
 
 # ---------------------------------------------------------------- children (one per client run)
 def child_avbench(a: argparse.Namespace) -> dict:
-    from avbench.loadgen.client import run_drive
+    from avbench.loadgen.client import Load, run_drive
     from avbench.loadgen.config import EndpointConfig, SamplingParams
     from avbench.workloads.base import Conversation
 
@@ -51,9 +51,9 @@ def child_avbench(a: argparse.Namespace) -> dict:
     convs = [Conversation(id=str(i), turns=(f"w{i % 1000} w1 w2 w3",)) for i in range(a.n)]
     sp = SamplingParams(temperature=0.0, max_tokens=a.tokens, ignore_eos=True)
     # One request first so connection setup and lazy imports are not in the measurement.
-    run_drive(ep, sp, convs[:1], concurrency=1)
+    run_drive(ep, sp, convs[:1], Load(concurrency=1))
     cpu0 = time.process_time()
-    res = run_drive(ep, sp, convs, concurrency=a.conc)
+    res = run_drive(ep, sp, convs, Load(concurrency=a.conc))
     cpu = time.process_time() - cpu0
     recs = res.measured
     reqs = []

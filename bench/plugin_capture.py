@@ -30,7 +30,7 @@ from pathlib import Path
 def serve_and_measure(capture: bool, args, tmp: Path) -> tuple[float, int, int]:
     """(output tokens/s, output tokens, captured rows) for one server."""
     from avbench.capture import read_captured, wait_flushed
-    from avbench.loadgen.client import run_drive
+    from avbench.loadgen.client import Load, run_drive
     from avbench.loadgen.config import EndpointConfig, SamplingParams
     from avbench.suite import all_workloads
     from avbench.testing.tiny_server import tiny_capture_server
@@ -53,8 +53,7 @@ def serve_and_measure(capture: bool, args, tmp: Path) -> tuple[float, int, int]:
             EndpointConfig(base_url=server.base_url, model=pair.model_name, api=spec.api),
             SamplingParams(temperature=0.0, top_p=1.0, max_tokens=args.max_tokens),
             convs,
-            concurrency=args.concurrency,
-            warmup=args.warmup,
+            Load(concurrency=args.concurrency, warmup=args.warmup),
         )
         measured = [r for r in res.records if not r.warmup and r.ok]
         tokens = sum(r.completion_tokens or 0 for r in measured)

@@ -77,8 +77,8 @@ class GainTable:
 def _row(workload: str, off: pd.Series, on: pd.Series) -> GainRow:
     cols = ("y", "y_spread", "tpot_ms", "acceptance_length")
     g = {side: {k: as_number(s.get(k)) for k in cols} for side, s in (("off", off), ("on", on))}
-    spreads = [g["off"]["y_spread"], g["on"]["y_spread"]]
-    noise = None if None in spreads else max(spreads) * 100.0
+    spread_off, spread_on = g["off"]["y_spread"], g["on"]["y_spread"]
+    noise = None if spread_off is None or spread_on is None else max(spread_off, spread_on) * 100.0
     (rate_off, off_verified), (rate_on, on_verified) = (
         per_verified(s, "acceptance_rate") for s in (off, on)
     )

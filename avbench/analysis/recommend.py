@@ -62,8 +62,8 @@ class Decision:
     def noise_pct(self) -> float | None:
         if self.runner_up is None:
             return None
-        spreads = [self.winner.spread, self.runner_up.spread]
-        return None if None in spreads else max(spreads) * 100.0  # type: ignore[type-var]
+        a, b = self.winner.spread, self.runner_up.spread
+        return None if a is None or b is None else max(a, b) * 100.0
 
     @property
     def beyond_noise(self) -> bool | None:

@@ -10,14 +10,14 @@ kernel does, so a replay follows vLLM's own slope path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from avbench.estimator.online import EstimatorConfig, logit_from_prob, replay
+from avbench.estimator.online import EstimatorConfig, ReplayResult, logit_from_prob, replay
 from avbench.vllm_feature import F_CLAMP, vllm_logit_qmax_from_f
 
 ScoreOfQ = Callable[[np.ndarray], np.ndarray]  # q (M, V) -> score (M, V) if token v is drawn
@@ -129,18 +129,23 @@ FEATURES: tuple[Feature, ...] = (
     ),
 )
 
-FEATURE_BY_KEY = {f.key: f for f in FEATURES}
-
 GROUP_KEYS = ["run_id", "pair_id", "workload_id"]
+
+StreamKey = tuple[str, str, str]  # (run_id, pair_id, workload_id) of one estimator stream
+
+
+def stream_key(values: Iterable[object]) -> StreamKey:
+    run, pair, workload = (str(v) for v in values)
+    return run, pair, workload
 
 
 def fitted_predictions(
     df: pd.DataFrame, raw: np.ndarray, round_steps: int = 100
-) -> tuple[np.ndarray, dict[tuple[str, str, str], object]]:
+) -> tuple[np.ndarray, dict[StreamKey, ReplayResult]]:
     """Prequential online-estimator predictions for one raw feature, one estimator per
     (run, pair, workload) stream. Returns predictions in row order and replay results by group."""
     pred = np.empty(len(df), dtype=np.float64)
-    results: dict[tuple[str, str, str], object] = {}
+    results: dict[StreamKey, ReplayResult] = {}
     if len(df) == 0:
         return pred, results
     k = int(df["position"].max())
@@ -150,11 +155,11 @@ def fitted_predictions(
     pos0 = df["position"].to_numpy().astype(np.int64) - 1
     lab = df["label"].to_numpy()
     if codes.max() == 0:
-        groups = [(np.arange(len(df)), tuple(df.iloc[0][GROUP_KEYS]))]
+        groups = [(np.arange(len(df)), stream_key(df.iloc[0][GROUP_KEYS]))]
     else:
         order = np.argsort(codes, kind="stable")
         cuts = np.flatnonzero(np.diff(codes[order])) + 1
-        groups = [(ix, tuple(df.iloc[ix[0]][GROUP_KEYS])) for ix in np.split(order, cuts)]
+        groups = [(ix, stream_key(df.iloc[ix[0]][GROUP_KEYS])) for ix in np.split(order, cuts)]
     for ix, key in groups:
         res = replay(step[ix], pos0[ix], lab[ix], raw[ix], cfg)
         pred[ix] = res.pred

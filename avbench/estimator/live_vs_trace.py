@@ -203,6 +203,12 @@ def load_live_run(run_dir: Path) -> LiveRun:
     if _same(cells, "chat_template_kwargs"):
         raise LiveCheckError("chat_template_kwargs: traced prompts use the plain template")
     pair = Pair.model_validate(manifest.pair)
+    target, drafter = pair.resolve(pair.target), pair.resolve(pair.drafter)
+    if target is None or drafter is None:
+        raise LiveCheckError(
+            f"pair {pair.name}: no separate drafter model (the method drafts inside the "
+            "target); the trace runs a drafter beside the target"
+        )
     drafts = sum(int(c["num_drafts"]) for c in cells)
     accepted = np.array(
         [sum(c[f"accept_pos_{i}"] * c["num_drafts"] for c in cells) for i in range(k)]
@@ -210,8 +216,8 @@ def load_live_run(run_dir: Path) -> LiveRun:
     return LiveRun(
         run_dir=run_dir,
         pair_id=pair.name,
-        target=Path(pair.resolve(pair.target)),
-        drafter=Path(pair.resolve(pair.drafter)),
+        target=Path(target),
+        drafter=Path(drafter),
         k=k,
         temperature=float(_same(cells, "temperature")),
         top_p=float(_same(cells, "top_p")),
@@ -230,13 +236,13 @@ def cell_messages(run: LiveRun) -> dict[str, list[list[dict[str, str]]]]:
     from avbench.artefacts import SweepManifest
     from avbench.cell_run import select_conversations
     from avbench.store import RunStore
-    from avbench.workloads.registry import load_workload
+    from avbench.workloads.registry import LoadedWorkload, load_workload
     from avbench.workloads.spec import WorkloadSpec
     from avbench.workloads.tokens import messages_for
 
     manifest = RunStore.open(run.run_dir).read_manifest()
     specs = manifest.workloads if isinstance(manifest, SweepManifest) else {}
-    loaded: dict[str, object] = {}
+    loaded: dict[str, LoadedWorkload] = {}
     out = {}
     for c in run.cells:
         w = c["workload"]

@@ -24,8 +24,16 @@ from avbench.estimator.drafts import (
     read_drafts,
     read_estimator_log,
 )
-from avbench.estimator.features import FEATURES, GROUP_KEYS, FeatureMode, fitted_predictions
+from avbench.estimator.features import (
+    FEATURES,
+    GROUP_KEYS,
+    FeatureMode,
+    StreamKey,
+    fitted_predictions,
+    stream_key,
+)
 from avbench.estimator.lossless import check_features
+from avbench.estimator.online import ReplayResult
 
 
 @dataclass
@@ -99,8 +107,8 @@ class Context:
     """Drafts plus every feature's prediction, computed once and shared by the tables."""
 
     df: pd.DataFrame
-    preds: dict[str, np.ndarray | None]
-    replays: dict[tuple[str, str, str], object]  # logit(q_max) estimator per stream
+    preds: dict[str, np.ndarray]  # a feature absent from the drafts (the head) has no entry
+    replays: dict[StreamKey, ReplayResult]  # logit(q_max) estimator per stream
     n_bins: int = DEFAULT_BINS
     round_steps: int = 100
     feature_mode: FeatureMode = "exact"  # "vllm": logit(q_max) rounded as vLLM's kernel does
@@ -113,13 +121,13 @@ class Context:
         round_steps: int = 100,
         feature_mode: FeatureMode = "exact",
     ) -> Context:
-        preds: dict[str, np.ndarray | None] = {}
-        replays: dict = {}
+        preds: dict[str, np.ndarray] = {}
+        replays: dict[StreamKey, ReplayResult] = {}
         for feat in FEATURES:
             raw = feat.raw(df, feature_mode)
             if raw is None:
-                preds[feat.key] = None
-            elif feat.fitted:
+                continue
+            if feat.fitted:
                 preds[feat.key], res = fitted_predictions(df, raw, round_steps)
                 if feat.key == "logit_qmax_fitted":
                     replays = res
@@ -151,7 +159,8 @@ def feature_table(ctx: Context, lossless_n: int = 500) -> Table:
         "mean pred", "observed",
         "published lossless", "published AUC", "published ECE", "published mean pred", "published observed",
     ]  # fmt: skip
-    rows, partial = [], []
+    rows: list[list[object]] = []
+    partial: list[str] = []
     for feat in FEATURES:
         chk = checks[feat.key]
         lossless = (
@@ -159,7 +168,7 @@ def feature_table(ctx: Context, lossless_n: int = 500) -> Table:
         )
         p = pub.FEATURES.get(feat.key, {})
         pubcols = [p.get(k) for k in ("lossless", "auc", "ece", "mean_pred", "observed")]
-        pred = ctx.preds[feat.key]
+        pred = ctx.preds.get(feat.key)
         if pred is None:
             rows.append(
                 [
@@ -201,7 +210,7 @@ def _clusters(df: pd.DataFrame) -> np.ndarray:
 
 
 def estimator_vs_head_table(ctx: Context, n_boot: int = 200, level: float = 0.95) -> Table:
-    est, head = ctx.preds["estimator"], ctx.preds["head"]
+    est, head = ctx.preds["estimator"], ctx.preds.get("head")
     title = "Online estimator vs confidence head"
     if head is None:
         return Table(
@@ -229,7 +238,7 @@ def estimator_vs_head_table(ctx: Context, n_boot: int = 200, level: float = 0.95
     for m in ("AUC", "log-loss", f"ECE ({ctx.n_bins} bins)"):
         cols += [f"estimator {m}", f"head {m}", f"estimator - head {m} [{pct}% CI]"]
     cols.append("published")
-    rows = []
+    rows: list[list[object]] = []
     for label, mask, key in (
         ("all positions", has, "all"),
         ("excluding position 1", has & (pos > 1), "excl1"),
@@ -255,7 +264,7 @@ def estimator_vs_head_table(ctx: Context, n_boot: int = 200, level: float = 0.95
 
 def per_position_table(ctx: Context) -> Table:
     y, pos = ctx.y, ctx.position
-    est, head, qmax = ctx.preds["estimator"], ctx.preds["head"], ctx.preds["qmax_nofit"]
+    est, head, qmax = ctx.preds["estimator"], ctx.preds.get("head"), ctx.preds["qmax_nofit"]
     cols = [
         "position",
         "n",
@@ -266,7 +275,7 @@ def per_position_table(ctx: Context) -> Table:
         "q_max AUC",
         "estimator ECE",
     ]
-    rows = []
+    rows: list[list[object]] = []
     for k in np.unique(pos):
         m = pos == k
         me = metrics(y[m], est[m], ctx.n_bins)
@@ -314,7 +323,7 @@ def _final_params(ctx: Context, logs: pd.DataFrame | None) -> pd.DataFrame:
                 per_round = sel.groupby("round")["moved"].any()
                 refits, source = f"{int(per_round.sum())}/{len(per_round)}", "estimator log"
         if source == "replay":
-            res = ctx.replays.get(tuple(str(k) for k in key)) or ctx.replays.get(key)
+            res = ctx.replays.get(stream_key(key))
             if res is not None and res.refits:
                 omega, beta1 = res.omega, float(res.beta[0])
                 refits = f"{sum(r.moved for r in res.refits)}/{len(res.refits)}"
@@ -406,7 +415,7 @@ def pair_table(ctx: Context, logs: pd.DataFrame | None) -> Table:
         "published slope range across pairs",
     ]
     lo, hi = pub.SLOPE_RANGE_PAIRS
-    rows = []
+    rows: list[list[object]] = []
     for pair, g in fp.groupby("pair_id", sort=True):
         w = g["omega"].to_numpy()
         ok = w[~np.isnan(w)]
@@ -434,7 +443,7 @@ def refit_table(ctx: Context) -> Table:
         "slope ω",
         "β1",
     ]
-    rows = []
+    rows: list[list[object]] = []
     for key, res in sorted(ctx.replays.items(), key=lambda kv: tuple(map(str, kv[0]))):
         refits = res.refits
         rows.append(

@@ -77,6 +77,43 @@ class StreamAborted(httpx.TransportError):
         self.kind = stop.kind
 
 
+@dataclass(frozen=True)
+class Load:
+    """How a drive issues its conversations: closed loop (``concurrency``) or open loop
+    (``rate``, with ``concurrency`` capping how many are in flight); the first ``warmup`` are
+    warmup. ``poisson_seed``: seeded Poisson arrivals instead of evenly spaced ones."""
+
+    concurrency: int | None = None
+    rate: float | None = None
+    warmup: int = 0
+    poisson_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency is None and self.rate is None:
+            raise ValueError("drive: give concurrency (closed loop) or rate (open loop)")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"drive: concurrency must be >= 1, got {self.concurrency}")
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"drive: rate must be > 0 req/s, got {self.rate}")
+
+
+@dataclass(frozen=True)
+class DriveHooks:
+    """What the caller plugs into a drive.
+
+    ``on_record``: called with every finished record (warmup too). ``render_prompt``: turns chat
+    messages into a completions prompt. ``before_measure``/``after_measure``: awaited around the
+    measured phase (the metrics scrapes); a server frozen there stalls the drive like a request.
+    ``finish_when``: asked as each measured request finishes; once it says True no new
+    conversation starts, those in flight finish, and the window ends with the last of them."""
+
+    on_record: Callable[[RequestRecord], None] | None = None
+    render_prompt: Callable[[list[dict]], str] | None = None
+    before_measure: Callable[[], Awaitable[None]] | None = None
+    after_measure: Callable[[], Awaitable[None]] | None = None
+    finish_when: Callable[[RequestRecord], bool] | None = None
+
+
 @dataclass(repr=False)
 class DriveResult:
     records: list[RequestRecord]  # warmup records included, flagged warmup=True
@@ -370,22 +407,20 @@ class _Driver:
         endpoint: EndpointConfig,
         sampling: SamplingParams,
         client: httpx.AsyncClient,
-        render_prompt: Callable[[list[dict]], str] | None,
-        on_record: Callable[[RequestRecord], None] | None,
         transport: FastTransport | None,
-        finish_when: Callable[[RequestRecord], bool] | None = None,
+        hooks: DriveHooks,
     ):
         self.endpoint = endpoint
         # Asked as each measured request finishes; True: issue no more (a sequential cell).
-        self.finish_when = finish_when
+        self.finish_when = hooks.finish_when
         self.stopping = False
         self.sampling = sampling
         self.client = client
         self.transport = transport
         self.progress = transport.progress if transport is not None else Progress()
         self.stop: Stop | None = None
-        self.render_prompt = render_prompt
-        self.on_record = on_record
+        self.render_prompt = hooks.render_prompt
+        self.on_record = hooks.on_record
         self.chat = endpoint.api == "chat"
         self.path = "/v1/chat/completions" if self.chat else "/v1/completions"
         self.url = endpoint.base_url.rstrip("/") + self.path
@@ -685,44 +720,27 @@ async def drive(
     endpoint: EndpointConfig,
     sampling: SamplingParams,
     conversations: Sequence[Conversation],
-    *,
-    concurrency: int | None = None,
-    rate: float | None = None,
-    warmup: int = 0,
-    on_record: Callable[[RequestRecord], None] | None = None,
-    render_prompt: Callable[[list[dict]], str] | None = None,
-    before_measure: Callable[[], Awaitable[None]] | None = None,
-    after_measure: Callable[[], Awaitable[None]] | None = None,
-    poisson_seed: int | None = None,
-    finish_when: Callable[[RequestRecord], bool] | None = None,
+    load: Load,
+    hooks: DriveHooks = DriveHooks(),
 ) -> DriveResult:
-    """Run ``conversations`` (the first ``warmup`` of them as warmup) and record every turn.
-
-    ``finish_when``: asked as each measured request finishes; once it says True no new conversation
-    starts, those in flight finish, and the window ends with the last of them."""
-    if concurrency is None and rate is None:
-        raise ValueError("drive: give concurrency (closed loop) or rate (open loop)")
-    if concurrency is not None and concurrency < 1:
-        raise ValueError(f"drive: concurrency must be >= 1, got {concurrency}")
-    if rate is not None and not rate > 0:
-        raise ValueError(f"drive: rate must be > 0 req/s, got {rate}")
-    warm, measured = list(conversations[:warmup]), list(conversations[warmup:])
+    """Run ``conversations`` (the first ``load.warmup`` of them as warmup) and record every turn."""
+    warm, measured = list(conversations[: load.warmup]), list(conversations[load.warmup :])
     # Closed loop: one connection per worker. Open loop: connections open lazily as needed;
     # a large cap so that slow responses never turn it into a hidden closed loop.
-    pool = concurrency or 16384
+    pool = load.concurrency or 16384
     _raise_fd_limit(pool + 256)
     http = endpoint.base_url.startswith("http://")
     transport = FastTransport(max_connections=pool) if http else None
     async with make_client(endpoint, pool, transport) as client:
-        d = _Driver(endpoint, sampling, client, render_prompt, on_record, transport, finish_when)
+        d = _Driver(endpoint, sampling, client, transport, hooks)
 
         async def phase(convs: list[Conversation], is_warmup: bool) -> None:
             if not convs or d.stop is not None:
                 return
-            if rate is None:
-                await d.closed_loop(convs, concurrency, is_warmup)
-            else:
-                await d.open_loop(convs, rate, concurrency, poisson_seed, is_warmup)
+            if load.rate is not None:
+                await d.open_loop(convs, load.rate, load.concurrency, load.poisson_seed, is_warmup)
+            elif load.concurrency is not None:
+                await d.closed_loop(convs, load.concurrency, is_warmup)
 
         async def hook(fn: Callable[[], Awaitable[None]] | None) -> None:
             if fn is None or d.stop is not None:  # no scrape of a stalled server
@@ -735,9 +753,9 @@ async def drive(
 
         async def body() -> None:
             await phase(warm, True)
-            await hook(before_measure)
+            await hook(hooks.before_measure)
             await phase(measured, False)
-            await hook(after_measure)
+            await hook(hooks.after_measure)
 
         await d.watched(body())
     res = DriveResult(d.records, d.window_start, d.window_end, skipped=d.skipped, stop=d.stop)
@@ -754,9 +772,15 @@ async def drive(
     return res
 
 
-def run_drive(*args, **kwargs) -> DriveResult:
+def run_drive(
+    endpoint: EndpointConfig,
+    sampling: SamplingParams,
+    conversations: Sequence[Conversation],
+    load: Load,
+    hooks: DriveHooks = DriveHooks(),
+) -> DriveResult:
     """Synchronous :func:`drive` on a fresh event loop (the one provenance.event_loop names)."""
     from avbench.loadgen.provenance import event_loop
 
     with asyncio.Runner(loop_factory=event_loop()[2]) as runner:
-        return runner.run(drive(*args, **kwargs))
+        return runner.run(drive(endpoint, sampling, conversations, load, hooks))

@@ -256,9 +256,10 @@ class _Conn:
         try:
             if self.state == _HEADERS:
                 while self.state == _HEADERS:  # more than once only after an interim 1xx
-                    data = self._parse_head(data)
-                    if data is None:
+                    rest = self._parse_head(data)
+                    if rest is None:
                         return
+                    data = rest
                 self._progressed(t)  # the final response head
             out = self._parse_body(data)
         except ValueError as exc:
@@ -617,7 +618,8 @@ class FastTransport(httpx.AsyncBaseTransport):
         self.max_connections = max_connections
         self.progress = progress or Progress()
         self._idle: dict[tuple, list[_Conn]] = {}
-        self._sem: asyncio.Semaphore | None = None
+        # asyncio binds a semaphore to the running loop at its first wait, not here
+        self._sem = asyncio.Semaphore(max_connections)
         self._all: set[_Conn] = set()
         self._addrs: dict[tuple, list[tuple]] = {}  # resolved once per (host, port)
 
@@ -724,8 +726,6 @@ class FastTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "http":
             raise httpx.UnsupportedProtocol("FastTransport speaks plain http:// only")
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.max_connections)
         tmo = request.extensions.get("timeout", {})
         key = (request.url.host, request.url.port or 80)
         body = request.read()

@@ -119,6 +119,10 @@ def parse_counters(
 def _sub(name: str, before: float | None, after: float | None) -> float | None:
     if before is None or after is None:
         return None
+    return _increase(name, before, after)
+
+
+def _increase(name: str, before: float, after: float) -> float:
     diff = after - before
     if diff < 0:
         raise CounterReset(
@@ -142,7 +146,7 @@ def delta(before: SpecDecodeCounters, after: SpecDecodeCounters) -> SpecDecodeCo
     per_pos: dict[int, float] = {}
     if before.has_spec_decode and after.has_spec_decode:
         for pos, value in after.accepted_per_pos.items():
-            per_pos[pos] = _sub(
+            per_pos[pos] = _increase(
                 f"{PER_POSITION_NAME}{{position={pos}}}",
                 before.accepted_per_pos.get(pos, 0.0),
                 value,
@@ -150,7 +154,7 @@ def delta(before: SpecDecodeCounters, after: SpecDecodeCounters) -> SpecDecodeCo
     by_reason: dict[str, float] = {}
     if before.request_success is not None and after.request_success is not None:
         for reason, value in after.request_success_by_reason.items():
-            by_reason[reason] = _sub(
+            by_reason[reason] = _increase(
                 f"{COUNTER_NAMES['request_success']}{{finished_reason={reason}}}",
                 before.request_success_by_reason.get(reason, 0.0),
                 value,

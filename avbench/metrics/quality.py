@@ -193,7 +193,9 @@ IDENTICAL_FLOOR = 0.99
 
 
 def _identity_columns(
-    records: Sequence[RequestRecord], baseline: Sequence[RequestRecord], baseline_cell_id: str
+    records: Sequence[RequestRecord],
+    baseline: Sequence[RequestRecord],
+    baseline_cell_id: str | None,
 ) -> dict:
     """The temperature-0 identity check of a cell's measured records against its baseline's."""
     ident = compare_to_baseline(
@@ -279,7 +281,7 @@ def identity_text(row: Mapping, short: bool = False) -> str:
     """How a cell's identity check reads: the share identical, or why there is none; "-"
     where the check does not apply (the baseline itself, temperature > 0)."""
     share, compared = row.get("identical_to_baseline_share"), row.get("identical_compared")
-    if share is not None:
+    if share is not None and compared is not None:
         return f"{share:.0%}" if short else f"{share:.1%} of {int(compared)}"
     if not identity_applies(row):
         return "-"

@@ -156,7 +156,7 @@ def request_point(r: RequestRecord) -> tuple[float, float, float, float]:
         return r.sent_at, finish, 0.0, math.nan
     tokens = output_token_count(r)
     ttft = r.ttft if r.ttft is not None else math.nan
-    tpot = float(tpot_seconds(np.float64(e2e), np.float64(ttft), np.float64(tokens)))
+    tpot = float(tpot_seconds(np.asarray(e2e), np.asarray(ttft), np.asarray(float(tokens))))
     return r.sent_at, finish, float(tokens), tpot * 1e3
 
 

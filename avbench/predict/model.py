@@ -182,7 +182,9 @@ def _continue_rate(labels: list[np.ndarray]) -> float:
     return float((nxt[known] == 1).mean()) if known.any() else 0.5
 
 
-def replay_fixed(cell: CellReplay, tables: CostTables, policy: Policy, walks: int = 8) -> Replayed:
+def replay_fixed(
+    cell: CellReplay, tables: CostTables | None, policy: Policy, walks: int = 8
+) -> Replayed:
     """A static K' or a schedule, request by request along its output positions.
 
     The measured arm's verify events give each position's label; the predicted arm steps over
@@ -214,15 +216,17 @@ def replay_fixed(cell: CellReplay, tables: CostTables, policy: Policy, walks: in
             scheduled_pred=drafted / n_steps,
         ))  # fmt: skip
     events = pd.concat(parts) if parts else ev.assign(accepted_pred=0.0, verified_pred=0.0, scheduled_pred=0.0)  # fmt: skip
+    requests = pd.DataFrame(per_request, columns=["request_id", "draft_steps", "accepted"])
+    if not cell.timed:
+        return Replayed(steps, events, requests)
+    if tables is None:
+        raise ValueError("a cell with step timings is replayed with cost tables")
     delta = np.array(
         [
             tables.draft_ms(int(b), int(m)) - tables.draft_ms(cell.k, int(m))
             for b, m in zip(kd, n, strict=True)
         ]
     )
-    requests = pd.DataFrame(per_request, columns=["request_id", "draft_steps", "accepted"])
-    if not cell.timed:
-        return Replayed(steps, events, requests)
     return _finish(cell, tables, events, delta, requests)
 
 
@@ -386,11 +390,15 @@ def _half_width(samples: list[float]) -> float | None:
 
 
 def predict_cell(
-    cell: CellReplay, tables: CostTables, policy: Policy, av: AvState | None = None, code=None
+    cell: CellReplay,
+    tables: CostTables | None,
+    policy: Policy,
+    av: AvState | None = None,
+    code=None,
 ) -> tuple[Prediction, Replayed]:
-    """One predicted cell: replay, then summarize."""
+    """One predicted cell: replay, then summarize. ``tables``: None where no cell was timed."""
     if policy.kind == "av":
-        if av is None or code is None or not cell.timed:
+        if av is None or code is None or not cell.timed or tables is None:
             raise ValueError("an AV replay needs step timings, the server's AV state and code")
         replayed = replay_av(cell, tables, av, code)
     else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
@@ -51,7 +52,7 @@ class PredictRequest:
     run_dir: Path
     targets: tuple[str, ...] = ("static", "dyn", "av")  # arm names, or kinds for all of one
     source: str | None = None  # the measured arm to replay; None: the largest static K
-    schedule: Schedule | str | None = "recommend"  # the dyn target's schedule, or "recommend"
+    schedule: Schedule | Literal["recommend"] | None = "recommend"  # the dyn target's schedule
     prefer_vllm: bool = True
 
 
@@ -137,7 +138,8 @@ def _spec_config(manifest: RunManifest, arm: Arm, schedule: Schedule | None) -> 
 
 
 def _predict_arm(ctx: _Context, arm: Arm, policy: Policy) -> list[dict]:
-    rows, states = [], {}
+    rows: list[dict] = []
+    states: dict[str, AvState] = {}
     for s in ctx.sources:
         state = None
         if policy.kind == "av":
@@ -198,9 +200,11 @@ def predict_run(req: PredictRequest) -> PredictResult:
     result = PredictResult(source, decision_code=code.source)
     for target in _targets(req, k):
         if target == "dyn":
-            schedule = req.schedule
-            if schedule == "recommend":
-                schedule = _recommended_schedule(store, result.rows)
+            schedule = (
+                _recommended_schedule(store, result.rows)
+                if isinstance(req.schedule, str)  # "recommend"
+                else req.schedule
+            )
             if not schedule:
                 result.skipped.append("dyn: no schedule (recommend deploys no speculation)")
                 continue

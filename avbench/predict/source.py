@@ -160,7 +160,7 @@ def source_cell(store: RunStore, row: dict, av: bool = False) -> SourceCell:
             + ("" if av else " or per-request spec-decode metrics in its records")
             + "; sweep with --capture steps,drafts)"
         )
-    if untimed:
+    if steps is None or steps.empty:  # untimed
         steps = pd.DataFrame(columns=["step", "request_ids"])
         events = _events_from_requests(steps, [r for r in records if not r.warmup], first=0)
     else:

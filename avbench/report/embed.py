@@ -60,7 +60,10 @@ def _as_float32(node):
     if isinstance(node, dict):
         if node.get("dtype") == "f8" and isinstance(node.get("bdata"), str):
             values = np.frombuffer(base64.b64decode(node["bdata"]), dtype="<f8")
-            return node | {"dtype": "f4", "bdata": base64.b64encode(values.astype("<f4")).decode()}
+            return node | {
+                "dtype": "f4",
+                "bdata": base64.b64encode(values.astype("<f4").tobytes()).decode(),
+            }
         return {k: _as_float32(v) for k, v in node.items()}
     if isinstance(node, list):
         return [_as_float32(v) for v in node]

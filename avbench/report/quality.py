@@ -58,7 +58,7 @@ def quality_section(page, rs) -> None:
     body = []
     for r in rows:
         em = r.get("gsm8k_exact_match")
-        m = margins.get((r.get("run_id"), r["cell_id"]), [])
+        m = margins.get((str(r.get("run_id")), r["cell_id"]), [])
         body.append(
             (
                 # Runs side by side (the demo's two samplings) share cell ids: name the run.

@@ -68,7 +68,7 @@ def _accept_delta(r: GainRow) -> str:
 
 
 def gain_table(t: GainTable) -> Table:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in [*t.rows, *([t.mean] if t.mean and len(t.rows) > 1 else [])]:
         rows.append(
             (
@@ -105,9 +105,9 @@ def gain_table(t: GainTable) -> Table:
 
 def gain_summary(t: GainTable) -> str:
     """One sentence: the mean change and where ON loses."""
-    if not t.rows:
-        return f"{t.off_arm} → {t.on_arm} at {t.load}: no workload measured in both arms."
     m = t.mean
+    if m is None:
+        return f"{t.off_arm} → {t.on_arm} at {t.load}: no workload measured in both arms."
     text = f"{t.off_arm} → {t.on_arm} at {t.load}: mean {fmt(m.tput_delta_pct, '+.1f', '%')}"
     if m.noise_pct is None:
         text += " (noise unknown: one repeat)"
@@ -182,7 +182,7 @@ def recommendation_text(rec: Recommendation, deploy: dict[str, dict | None]) -> 
             f"{d.runner_up.label if d.runner_up else MISSING} ({_noise(d)})"
             for d in ds
         )
-        what = r.verdict
+        what: str = r.verdict
         if r.verdict == "schedule":
             what += " (K " + ", ".join(str(k) for k in r.ks) + ")"
         predicted = sorted({label for d in ds for label in d.predicted})

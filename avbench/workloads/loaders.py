@@ -47,7 +47,8 @@ class RawWorkload:
 
 
 class Loader(Protocol):
-    dataset: str
+    @property
+    def dataset(self) -> str: ...  # read-only: the loaders are frozen dataclasses
 
     def load(self, spec: WorkloadSpec) -> RawWorkload: ...
 

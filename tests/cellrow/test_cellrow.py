@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.attach import Lengths, attached_setup
+from avbench.attach import AttachedServer, Lengths, attached_setup
 from avbench.cellrow import (
     CellRow,
     CellRowError,
@@ -37,10 +37,7 @@ def test_rows_of_a_real_sweep_validate_with_every_column_defined(tmp_path):
     """Two-turn MT-Bench through the scripted server: per-turn columns included."""
     with serve_in_thread(ServerConfig(model="m")) as srv:
         pair, sweep, specs = attached_setup(
-            srv.base_url,
-            model=None,
-            arm="static-k2",
-            tokenizer=None,
+            AttachedServer(srv.base_url, arm="static-k2"),
             sweep_fields={"workloads": ["mt-bench"], "concurrencies": [2], "warmup": 0,
                           "min_requests": 3, "requests_per_concurrency": 1},
             sampling={"max_tokens": 8, "temperature": 0.0},

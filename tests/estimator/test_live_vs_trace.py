@@ -51,12 +51,12 @@ def test_captured_acceptance_counts_as_the_counters_do():
     assert captured_acceptance(df.iloc[:0], 3) is None
 
 
-def _run(tmp_path, cells):
+def _run(tmp_path, cells, **pair_fields):
     from avbench.suite import load_suite
 
     run = tmp_path / "run"
     run.mkdir()
-    pair = load_suite().pair("tiny-cpu").model_dump(mode="json")
+    pair = load_suite().pair("tiny-cpu").model_dump(mode="json") | pair_fields
     (run / "manifest.json").write_text(json.dumps({"run_id": "run", "pair": pair}))
     base = {"run_id": "run", "pair": "tiny-cpu", "arm": "static-k3", "arm_kind": "static",
             "workload": "gsm8k-tiny", "warmup": 0, "num_requests": 4, "k": 3, "temperature": 1.0,
@@ -85,6 +85,11 @@ def test_live_run_sums_counts_over_cells(tmp_path):
 def test_runs_that_cannot_be_compared_are_one_line_errors(tmp_path, cells, message):
     with pytest.raises(LiveCheckError, match=message):
         load_live_run(_run(tmp_path, cells))
+
+
+def test_a_pair_that_drafts_inside_its_target_is_a_one_line_error(tmp_path):
+    with pytest.raises(LiveCheckError, match="pair tiny-cpu: no separate drafter model"):
+        load_live_run(_run(tmp_path, [{}], drafter=None))
 
 
 def test_cli_against_bad_inputs(tmp_path):

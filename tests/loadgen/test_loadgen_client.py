@@ -9,7 +9,7 @@ import socket
 import numpy as np
 import pytest
 
-from avbench.loadgen.client import arrival_offsets, reconcile_counts, run_drive
+from avbench.loadgen.client import DriveHooks, Load, arrival_offsets, reconcile_counts, run_drive
 from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.workloads.base import Conversation
@@ -32,7 +32,9 @@ def _convs(n: int, prefix: str = "q", turns: int = 1) -> list[Conversation]:
 @pytest.mark.parametrize("api,token_ids", [("chat", True), ("completions", True), ("chat", False)])
 def test_scripted_stream_times_match_server_schedule(api, token_ids):
     with serve_in_subprocess(ServerConfig(chunk_script=SCRIPT)) as srv:
-        res = run_drive(_ep(srv, api=api, return_token_ids=token_ids), SP, _convs(3), concurrency=1)
+        res = run_drive(
+            _ep(srv, api=api, return_token_ids=token_ids), SP, _convs(3), Load(concurrency=1)
+        )
         ems = srv.emissions()
     assert res.ok == 3 and res.failed == 0
     errs: list[float] = []
@@ -77,7 +79,7 @@ def test_each_fault_is_counted_with_its_kind_and_nothing_hangs():
     convs += _convs(4)
     with serve_in_thread(cfg) as srv:
         ep = _ep(srv, timeouts=Timeouts(read_s=0.4, request_s=5))
-        res = run_drive(ep, SP, convs, concurrency=4)
+        res = run_drive(ep, SP, convs, Load(concurrency=4))
     by_id = {r.conversation_id: r for r in res.records}
     for fault, kind in FAULTS.items():
         assert by_id[fault].error_kind == kind, (fault, by_id[fault].error)
@@ -95,10 +97,12 @@ def test_slow_first_token_beyond_read_timeout_and_overall_timeout():
         ServerConfig(tokens_per_chunk=1, inter_chunk_delay_s=0.05, slow_first_delay_s=0.5)
     ) as srv:
         ep = _ep(srv, timeouts=Timeouts(read_s=0.2, request_s=0.3))
-        res = run_drive(ep, SP, [Conversation(id="a", turns=("@fault:slow_first",))], concurrency=1)
+        res = run_drive(
+            ep, SP, [Conversation(id="a", turns=("@fault:slow_first",))], Load(concurrency=1)
+        )
         assert res.errors == {"timeout": 1}
         # 12 chunks x 50 ms > 0.3 s overall limit, though no single silence exceeds 0.2 s
-        res = run_drive(ep, SP, _convs(1), concurrency=1)
+        res = run_drive(ep, SP, _convs(1), Load(concurrency=1))
         assert res.errors == {"timeout": 1}
         assert res.records[0].chunk_times  # what arrived is kept
 
@@ -110,13 +114,13 @@ def test_connect_error_is_counted():
     ep = EndpointConfig(
         base_url=f"http://127.0.0.1:{port}", model="m", timeouts=Timeouts(request_s=2)
     )
-    res = run_drive(ep, SP, _convs(2), concurrency=2)
+    res = run_drive(ep, SP, _convs(2), Load(concurrency=2))
     assert res.errors == {"connect": 2} and res.ok == 0
 
 
 def test_multi_turn_sends_the_actual_previous_answer():
     with serve_in_thread(ServerConfig(tokens_per_chunk=3, keep_bodies=True)) as srv:
-        res = run_drive(_ep(srv), SP, _convs(2, turns=3), concurrency=2)
+        res = run_drive(_ep(srv), SP, _convs(2, turns=3), Load(concurrency=2))
         ems = srv.emissions()
     assert res.ok == 6
     by_prompt = {em["body"]["messages"][-1]["content"]: em["body"]["messages"] for em in ems}
@@ -135,7 +139,7 @@ def test_multi_turn_sends_the_actual_previous_answer():
 def test_failed_first_turn_skips_the_rest():
     convs = [Conversation(id="x", turns=("@fault:http_5xx", "two", "three"))] + _convs(1, turns=3)
     with serve_in_thread(ServerConfig()) as srv:
-        res = run_drive(_ep(srv), SP, convs, concurrency=2)
+        res = run_drive(_ep(srv), SP, convs, Load(concurrency=2))
     assert res.skipped == 2
     assert [r.turn for r in res.records if r.conversation_id == "x"] == [0]
     assert res.sent == 4 and res.ok == 3
@@ -144,7 +148,7 @@ def test_failed_first_turn_skips_the_rest():
 def test_closed_loop_keeps_exactly_n_in_flight():
     cfg = ServerConfig(tokens_per_chunk=2, inter_chunk_delay_s=0.01, record=False)
     with serve_in_thread(cfg) as srv:
-        res = run_drive(_ep(srv), SP, _convs(48), concurrency=8)
+        res = run_drive(_ep(srv), SP, _convs(48), Load(concurrency=8))
         stats = srv.stats()
     assert res.ok == 48
     assert stats["max_in_flight"] == 8
@@ -160,9 +164,12 @@ def test_warmup_is_flagged_and_excluded_from_the_window():
             seen.append(len(done))
 
         res = run_drive(
-            _ep(srv), SP, _convs(10), concurrency=3, warmup=4, before_measure=before,
-            on_record=done.append,
-        )  # fmt: skip
+            _ep(srv),
+            SP,
+            _convs(10),
+            Load(concurrency=3, warmup=4),
+            DriveHooks(before_measure=before, on_record=done.append),
+        )
     warm = [r for r in res.records if r.warmup]
     assert len(warm) == 4 and res.warmup_sent == 4 and res.sent == 6
     assert seen == [4]  # hook ran after all warmup requests, before any measured one
@@ -180,9 +187,13 @@ def test_a_stop_condition_ends_issuing_and_lets_those_in_flight_finish():
 
     cfg = ServerConfig(tokens_per_chunk=2, inter_chunk_delay_s=0.005, record=False)
     with serve_in_thread(cfg) as srv:
-        res = run_drive(_ep(srv), SP, _convs(60), concurrency=4, warmup=3, finish_when=stop)
+        res = run_drive(
+            _ep(srv), SP, _convs(60), Load(concurrency=4, warmup=3), DriveHooks(finish_when=stop)
+        )
         convs = _convs(60, turns=2)
-        two_turns = run_drive(_ep(srv), SP, convs, concurrency=4, finish_when=lambda rec: True)
+        two_turns = run_drive(
+            _ep(srv), SP, convs, Load(concurrency=4), DriveHooks(finish_when=lambda rec: True)
+        )
     assert res.warmup_sent == 3 and not any(r.warmup for r in asked)  # warmup is never asked
     # The 10th finished; the 3 others in flight then finished too, and nothing new started.
     assert res.sent == res.ok == 13
@@ -196,7 +207,7 @@ def _open_loop(rate: float, n: int, seed=None):
     cfg = ServerConfig(tokens_per_chunk=4, inter_chunk_delay_s=0.002, record=False)
     with serve_in_subprocess(cfg) as srv:
         return run_drive(
-            _ep(srv), SamplingParams(max_tokens=8), _convs(n), rate=rate, poisson_seed=seed
+            _ep(srv), SamplingParams(max_tokens=8), _convs(n), Load(rate=rate, poisson_seed=seed)
         )
 
 
@@ -223,7 +234,9 @@ def test_open_loop_rate_within_one_percent_over_30s():
 def test_open_loop_stops_scheduling_when_told():
     cfg = ServerConfig(tokens_per_chunk=4, inter_chunk_delay_s=0.002, record=False)
     with serve_in_thread(cfg) as srv:
-        res = run_drive(_ep(srv), SP, _convs(200), rate=100.0, finish_when=lambda rec: True)
+        res = run_drive(
+            _ep(srv), SP, _convs(200), Load(rate=100.0), DriveHooks(finish_when=lambda rec: True)
+        )
     # The first to finish stops the schedule: at 100/s only those sent meanwhile go out.
     assert 1 <= res.sent < 20 and res.ok == res.sent
 
@@ -259,7 +272,7 @@ def test_api_key_is_sent_as_bearer_but_not_recorded():
         from avbench.loadgen.client import drive
 
         async with server:
-            return await drive(ep, SP, _convs(1), concurrency=1)
+            return await drive(ep, SP, _convs(1), Load(concurrency=1))
 
     res = asyncio.run(main())
     assert "authorization: Bearer sk-secret-123" in got["head"].lower().replace("bearer", "Bearer")

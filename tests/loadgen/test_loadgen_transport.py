@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from avbench.loadgen.client import run_drive
+from avbench.loadgen.client import Load, run_drive
 from avbench.loadgen.config import EndpointConfig, SamplingParams
 from avbench.loadgen.transport import _DONE, MalformedResponseError, _Conn
 from avbench.stream_server import ServerConfig, serve_in_thread
@@ -131,8 +131,8 @@ def test_keep_alive_pool_holds_one_connection_per_concurrent_stream():
     sp = SamplingParams(max_tokens=6)
     with serve_in_thread(ServerConfig(tokens_per_chunk=2, inter_chunk_delay_s=0.002)) as srv:
         ep = EndpointConfig(base_url=srv.base_url, model="fake-model")
-        assert run_drive(ep, sp, convs[:10], concurrency=1).ok == 10
+        assert run_drive(ep, sp, convs[:10], Load(concurrency=1)).ok == 10
         assert srv.stats()["connections"] == 1
         srv.reset()
-        assert run_drive(ep, sp, convs, concurrency=8).ok == 40
+        assert run_drive(ep, sp, convs, Load(concurrency=8)).ok == 40
         assert srv.stats()["connections"] == 8

@@ -13,7 +13,7 @@ import random
 import signal
 import time
 
-from avbench.loadgen.client import run_drive
+from avbench.loadgen.client import DriveHooks, Load, run_drive
 from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.transport import _Conn
 from avbench.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
@@ -84,7 +84,7 @@ def test_sse_comments_do_not_keep_a_request_alive():
             _ep(srv.base_url, read_s=0.6, request_s=20),
             SP,
             [Conversation(id="p", turns=("@fault:pings",))],
-            concurrency=1,
+            Load(concurrency=1),
         )
         took = time.perf_counter() - t0
     (rec,) = res.records
@@ -112,7 +112,7 @@ def test_a_frozen_server_stops_the_drive_as_stalled_within_the_stall_timeout():
         freeze = _FreezeAfter(srv, 2)
         try:
             ep = _ep(srv.base_url, stall_s=1.0, read_s=60)
-            res = run_drive(ep, SP, _convs(12), concurrency=2, on_record=freeze)
+            res = run_drive(ep, SP, _convs(12), Load(concurrency=2), DriveHooks(on_record=freeze))
             done = time.perf_counter()
         finally:
             os.killpg(srv.proc.pid, signal.SIGCONT)
@@ -133,7 +133,7 @@ def test_a_server_that_only_pings_is_stalled_though_health_answers():
             _ep(srv.base_url, stall_s=0.5, read_s=60),
             SP,
             [Conversation(id=f"p{i}", turns=("@fault:pings",)) for i in range(3)],
-            concurrency=3,
+            Load(concurrency=3),
         )
     assert res.stop is not None and res.stop.kind == "stalled"
     assert "GET /health: HTTP 200 (the HTTP server answers" in res.stop.reason
@@ -145,7 +145,7 @@ def test_the_cell_deadline_bounds_a_drive_that_keeps_streaming():
     cfg = ServerConfig(tokens_per_chunk=1, inter_chunk_delay_s=0.05)  # 40 tokens: 2 s each
     with serve_in_thread(cfg) as srv:
         t0 = time.perf_counter()
-        res = run_drive(_ep(srv.base_url, cell_s=0.8), SP, _convs(6), concurrency=2)
+        res = run_drive(_ep(srv.base_url, cell_s=0.8), SP, _convs(6), Load(concurrency=2))
         took = time.perf_counter() - t0
     assert res.stop is not None and res.stop.kind == "deadline"
     assert res.stop.reason == "cell deadline: not finished within 0.8 s"
@@ -158,7 +158,7 @@ def test_open_loop_stops_sending_after_a_stall():
         freeze = _FreezeAfter(srv, 2)
         try:
             ep = _ep(srv.base_url, stall_s=0.5)
-            res = run_drive(ep, SP, _convs(40), rate=4.0, on_record=freeze)
+            res = run_drive(ep, SP, _convs(40), Load(rate=4.0), DriveHooks(on_record=freeze))
         finally:
             os.killpg(srv.proc.pid, signal.SIGCONT)
     assert res.stop is not None and res.stop.kind == "stalled"

@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from avbench.loadgen.client import drive, run_drive
+from avbench.loadgen.client import DriveHooks, Load, drive, run_drive
 from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.transport import FastTransport
 from avbench.stream_server import ServerConfig, serve_in_thread
@@ -82,10 +82,12 @@ def test_keep_alive_connection_dropped_while_idle_costs_no_request(reset, busy):
             await asyncio.sleep(0.05)
 
         res = run_drive(
-            _ep(srv.base_url), SP, _convs("a", "b", "c"), concurrency=1,
-            warmup=0 if busy else 1, on_record=on_record,
-            before_measure=None if busy else before_measure,
-        )  # fmt: skip
+            _ep(srv.base_url),
+            SP,
+            _convs("a", "b", "c"),
+            Load(concurrency=1, warmup=0 if busy else 1),
+            DriveHooks(on_record=on_record, before_measure=None if busy else before_measure),
+        )
         stats = srv.stats()
     assert [r.ok for r in res.records] == [True, True, True], [r.error for r in res.records]
     assert res.failed == 0 and res.errors == {}
@@ -97,10 +99,7 @@ def test_keep_alive_connection_dropped_while_idle_costs_no_request(reset, busy):
 def test_stalled_stream_hits_the_read_timeout_and_frees_its_slot():
     with serve_in_thread(ServerConfig(tokens_per_chunk=2, inter_chunk_delay_s=0.002)) as srv:
         res = run_drive(
-            _ep(srv.base_url, read_s=0.3),
-            SP,
-            _convs("@fault:stall", "b", "c"),
-            concurrency=1,
+            _ep(srv.base_url, read_s=0.3), SP, _convs("@fault:stall", "b", "c"), Load(concurrency=1)
         )
     stalled, nxt, last = res.records
     assert stalled.error_kind == "timeout" and stalled.error.startswith("ReadTimeout")
@@ -117,7 +116,7 @@ def test_reset_mid_stream_is_a_cut_stream_and_frees_its_slot():
     not a read timeout (120 s by default)."""
     prompts = ["@fault:reset"] * 3 + ["b"]
     with serve_in_thread(ServerConfig(tokens_per_chunk=2)) as srv:
-        res = run_drive(_ep(srv.base_url), SP, _convs(*prompts), concurrency=1)
+        res = run_drive(_ep(srv.base_url), SP, _convs(*prompts), Load(concurrency=1))
     *cuts, nxt = res.records
     for cut in cuts:
         assert cut.error_kind == "stream_cut", cut.error
@@ -131,7 +130,7 @@ def test_reset_mid_stream_is_a_cut_stream_and_frees_its_slot():
 
 def test_bad_chunk_framing_is_malformed_and_frees_its_slot():
     with serve_in_thread(ServerConfig(tokens_per_chunk=2)) as srv:
-        res = run_drive(_ep(srv.base_url), SP, _convs("@fault:bad_chunk", "b"), concurrency=1)
+        res = run_drive(_ep(srv.base_url), SP, _convs("@fault:bad_chunk", "b"), Load(concurrency=1))
     bad, nxt = res.records
     assert bad.error_kind == "malformed", bad.error
     assert bad.error.startswith("MalformedResponseError") and "CRLF" in bad.error
@@ -141,7 +140,7 @@ def test_bad_chunk_framing_is_malformed_and_frees_its_slot():
 
 def test_interim_1xx_responses_are_skipped():
     with serve_in_thread(ServerConfig(tokens_per_chunk=2)) as srv:
-        res = run_drive(_ep(srv.base_url), SP, _convs("@fault:interim", "b"), concurrency=1)
+        res = run_drive(_ep(srv.base_url), SP, _convs("@fault:interim", "b"), Load(concurrency=1))
         ems = srv.emissions()
     assert ems[0]["fault"] == "interim"  # the server did send 100 and 103 first
     first, second = res.records
@@ -155,7 +154,7 @@ def test_write_timeout_when_the_peer_stops_reading():
     with _hung_server() as url:
         huge = "x" * (24 << 20)  # far beyond what loopback buffers take
         t0 = time.perf_counter()
-        res = run_drive(_ep(url, read_s=0.3), SP, _convs(huge, "small"), concurrency=1)
+        res = run_drive(_ep(url, read_s=0.3), SP, _convs(huge, "small"), Load(concurrency=1))
         took = time.perf_counter() - t0
     blocked, small = res.records
     assert blocked.error_kind == "timeout" and blocked.error.startswith("WriteTimeout")
@@ -194,7 +193,7 @@ def _ipv6_loopback() -> bool:
 def test_localhost_resolving_to_ipv6_first_reaches_an_ipv4_only_server():
     def run(url: str):
         with asyncio.Runner(loop_factory=_V6FirstLoop) as runner:
-            return runner.run(drive(_ep(url), SP, _convs("a", "b", "c"), concurrency=2))
+            return runner.run(drive(_ep(url), SP, _convs("a", "b", "c"), Load(concurrency=2)))
 
     with serve_in_thread(ServerConfig(tokens_per_chunk=3)) as srv:  # AF_INET, 127.0.0.1 only
         port = srv.port

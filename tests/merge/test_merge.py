@@ -11,7 +11,6 @@ import pytest
 
 from avbench.artefacts import source_manifest
 from avbench.errors import AvbenchError
-from avbench.artefacts import source_manifest
 from avbench.failures import CellFailure
 from avbench.merge import merge_runs
 from avbench.records import RequestRecord

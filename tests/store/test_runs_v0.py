@@ -14,7 +14,7 @@ import pytest
 from avbench.artefacts import MergedManifest, SweepManifest, dump_manifest
 from avbench.errors import StoreError
 from avbench.store import RunStore
-from avbench.testing.stream_server import ServerConfig, serve_in_thread
+from avbench.stream_server import ServerConfig, serve_in_thread
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs-v0"
 
