@@ -180,7 +180,7 @@ class _Scrapes:
 
 
 def _drive(ctx: CellContext, cell: Cell, loaded: LoadedWorkload) -> _Drive:
-    from avbench.loadgen.client import run_drive
+    from avbench.loadgen.client import DriveHooks, Load, run_drive
 
     settings = ctx.settings
     spec = settings.workloads[cell.workload]
@@ -203,14 +203,14 @@ def _drive(ctx: CellContext, cell: Cell, loaded: LoadedWorkload) -> _Drive:
         endpoint,
         sampling,
         warm + measured,
-        concurrency=cell.concurrency,
-        rate=cell.rate,
-        warmup=len(warm),
-        on_record=ctx.on_record,
-        render_prompt=_renderer(spec, settings.pair),
-        before_measure=lambda: scrapes.take("before"),
-        after_measure=lambda: scrapes.take("after"),
-        finish_when=monitor.observe if monitor is not None else None,
+        Load(concurrency=cell.concurrency, rate=cell.rate, warmup=len(warm)),
+        DriveHooks(
+            on_record=ctx.on_record,
+            render_prompt=_renderer(spec, settings.pair),
+            before_measure=lambda: scrapes.take("before"),
+            after_measure=lambda: scrapes.take("after"),
+            finish_when=monitor.observe if monitor is not None else None,
+        ),
     )
     return _Drive(result, sampling, warm, measured, scrapes.texts, monitor)
 

@@ -328,7 +328,7 @@ Setup = tuple["Pair", "Sweep", "dict[str, WorkloadSpec]", Path | None]
 
 def _attached(req: SweepRequest) -> Setup:
     """Attached with no suite file: an in-memory pair and sweep."""
-    from avbench.attach import Lengths, attached_setup
+    from avbench.attach import AttachedServer, Lengths, attached_setup
     from avbench.commands.resolve import merge_sequential
     from avbench.suite import all_workloads
     from avbench.workloads.registry import builtin_workloads
@@ -337,10 +337,7 @@ def _attached(req: SweepRequest) -> Setup:
     update = req.sweep_update()
     sampling = update.pop("sampling")
     pair, sweep, specs = attached_setup(
-        req.endpoint,
-        model=req.model,
-        arm=req.arm,
-        tokenizer=req.tokenizer,
+        AttachedServer(req.endpoint, model=req.model, arm=req.arm, tokenizer=req.tokenizer),
         sweep_fields=update | {"sequential": merge_sequential(None, req.sequential())},
         sampling=sampling,
         workloads=all_workloads(req.suites) if req.suites else builtin_workloads(),
