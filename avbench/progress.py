@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -19,6 +20,9 @@ from rich.table import Table
 from avbench.metrics.quality import identity_text
 from avbench.plan import Cell
 from avbench.records import RequestRecord
+
+if TYPE_CHECKING:
+    from avbench.analysis.adaptive import Standing
 
 
 class SweepReporter:
@@ -104,6 +108,7 @@ class RichReporter(SweepReporter):
 
     def run_started(self, run_dir: Path) -> None:
         super().run_started(run_dir)
+        self.progress.start()  # again after close(): an adaptive sweep runs several rounds
         self.console.print(f"run directory: {run_dir}", highlight=False)
 
     def arm_started(self, arm: str, detail: str) -> None:
@@ -189,5 +194,22 @@ def summary_table(rows: list[dict]) -> Table:
                 for col, _, spec in SUMMARY_COLUMNS
             ),
             " ".join(f"{p:.2f}" for p in pos) or "-",
+        )
+    return table
+
+
+def standings_table(standings: list[Standing]) -> Table:
+    """An adaptive sweep's verdict per concurrency, with what it rests on."""
+    table = Table(title="verdicts (adaptive)")
+    for header in ("load", "verdict", "standing", "margin", "contenders", "rests on"):
+        table.add_column(header)
+    for s in standings:
+        table.add_row(
+            f"c={s.concurrency}",
+            s.verdict,
+            s.state,
+            "-" if s.margin is None else f"{s.margin:+.1%}",
+            ", ".join(o.arm for o in s.contenders) or "-",
+            "a prediction" if s.rests_on_prediction else "measurements",
         )
     return table

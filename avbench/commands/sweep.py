@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from avbench.plan import Arm
     from avbench.progress import RichReporter
-    from avbench.runner import SweepOutcome
+    from avbench.runner import SweepOptions, SweepOutcome
     from avbench.suite import Pair, Sweep
     from avbench.workloads.spec import WorkloadSpec
 
@@ -156,6 +156,21 @@ class SweepRequest(Request):
     strict: Annotated[
         bool, Opt("--strict", help="Exit 3 when an arm is unsupported by this vLLM")
     ] = False
+    adaptive: Annotated[
+        bool,
+        Opt(
+            "--adaptive",
+            help="Measure the baseline and the max-K arm, predict the other arms, then measure "
+            "only what each concurrency's verdict hinges on (docs/adaptive.md)",
+        ),
+    ] = False
+    budget_cells: Annotated[
+        int | None, Opt("--budget-cells", help="--adaptive: stop before measuring more cells")
+    ] = None
+    budget_s: Annotated[
+        float | None,
+        Opt("--budget-s", help="--adaptive: stop before spending more server-seconds"),
+    ] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepRequest:
@@ -176,6 +191,13 @@ class SweepRequest(Request):
                     "attached server (--endpoint) writes its captures to; a launched server "
                     "gets one per arm"
                 )
+        if self.adaptive and (self.endpoint is not None or self.resume is not None):
+            raise ValueError(
+                "--adaptive launches its arms and records itself in the run: not with "
+                "--endpoint, and --resume of an adaptive run continues it without the flag"
+            )
+        if not self.adaptive and (self.budget_cells is not None or self.budget_s is not None):
+            raise ValueError("--budget-cells and --budget-s bound an --adaptive sweep")
         if self.sequential() is not None and self.requests is not None:
             raise ValueError(
                 "--requests fixes the request count of a cell; a sequential cell is bounded "
@@ -258,7 +280,11 @@ def sweep(req: SweepRequest) -> None:
     secret = resolve_api_key(req.api_key, req.api_key_file)
     console = make_console()
     reporter = RichReporter(console)
+    adaptive = req.adaptive or bool(req.resume and (req.resume / "adaptive.json").exists())
     try:
+        if adaptive:
+            _adaptive(req, secret, reporter, console)
+            return
         outcome = _resume(req, secret, reporter) if req.resume else _start(req, secret, reporter)
     except KeyboardInterrupt:
         reporter.close()
@@ -280,22 +306,61 @@ def sweep(req: SweepRequest) -> None:
         raise typer.Exit(3)
 
 
-def _resume(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
-    from avbench.runner import resume_sweep
-
-    assert req.resume is not None
-    _preflight_stored(req.resume, req.vllm_python)
-    override = {
+def _override(req: SweepRequest, secret: SecretStr | None) -> dict[str, Any]:
+    return {
         "api_key": secret,
         "vllm_python": req.vllm_python,
         "port": req.port,
         "ready_timeout_s": req.ready_timeout,
     }
-    return resume_sweep(req.resume, override, reporter)
+
+
+def _resume(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
+    from avbench.runner import resume_sweep
+
+    assert req.resume is not None
+    _preflight_stored(req.resume, req.vllm_python)
+    return resume_sweep(req.resume, _override(req, secret), reporter)
+
+
+def _adaptive(
+    req: SweepRequest, secret: SecretStr | None, reporter: RichReporter, console: Console
+) -> None:
+    """--adaptive, or --resume of an adaptive run: the rounds, then each verdict's standing."""
+    from avbench.adaptive import AdaptivePolicy, adaptive_sweep, resume_adaptive
+    from avbench.progress import standings_table
+
+    if req.resume is not None:
+        _preflight_stored(req.resume, req.vllm_python)
+        done = resume_adaptive(req.resume, _override(req, secret), reporter)
+    else:
+        opts = _options(req, secret)
+        policy = AdaptivePolicy(budget_cells=req.budget_cells, budget_s=req.budget_s)
+        done = adaptive_sweep(opts, policy, reporter)
+    reporter.close()
+    console.print(standings_table(done.standings))
+    state = done.state
+    console.print(
+        f"adaptive run {done.run_dir}: {state.status}; {state.cells} cells measured in "
+        f"{len(state.rounds) - 1} round(s), {state.seconds:.0f} server-seconds",
+        highlight=False,
+    )
+    if req.report:
+        from avbench.report import write_report
+
+        console.print(f"report: {write_report([done.run_dir], static_figures=False).html}")
 
 
 def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
-    from avbench.runner import SweepOptions, check_new_run, start_sweep
+    from avbench.runner import start_sweep
+
+    opts = _options(req, secret)
+    return start_sweep(opts, reporter)
+
+
+def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
+    """The new run's options, checked (and, launching, pre-flighted) before any server starts."""
+    from avbench.runner import SweepOptions, check_new_run
 
     if req.pair is None and req.endpoint is None:
         raise AvbenchError(
@@ -320,7 +385,7 @@ def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) 
     check_new_run(opts)  # bad options fail before the slower pre-flight
     if req.endpoint is None:
         _preflight(pair, sweep, pairs_file, req.vllm_python)
-    return start_sweep(opts, reporter)
+    return opts
 
 
 Setup = tuple["Pair", "Sweep", "dict[str, WorkloadSpec]", Path | None]
