@@ -111,11 +111,12 @@ def trace(
 def _trace_against(
     run: Path, out: Path, passes: int, tolerance: float | None, seed: int, device: str
 ) -> None:
-    from avbench.estimator.live_vs_trace import check_live_run, render_live_check
+    from avbench.estimator.live_vs_trace import TraceRunOptions, check_live_run, render_live_check
 
     if not (run / "manifest.json").is_file():
         raise AvbenchError(f"--against {run}: not a run directory (no manifest.json)")
-    res = check_live_run(run, out / "drafts", passes, tolerance, seed, device, typer.echo)
+    opts = TraceRunOptions(passes, tolerance, seed, device)
+    res = check_live_run(run, out / "drafts", opts, typer.echo)
     typer.echo(render_live_check(res))
     if not res.passed:
         raise typer.Exit(1)
