@@ -34,7 +34,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from avbench.estimator.drafts import read_drafts, write_drafts
-    from avbench.estimator.synthetic import simulate
+    from avbench.estimator.synthetic import AcceptanceModel, simulate
     from avbench.estimator.tables import Context, feature_table, to_markdown
 
     beta = np.array([0.6, 0.3, 0.1, -0.1, -0.3])
@@ -42,7 +42,9 @@ def main() -> int:
     per_request_step = 2.75  # labeled drafts per request and step at these parameters
     steps = int(args.drafts / (requests * per_request_step))
     t0 = time.perf_counter()
-    df = simulate(0.55, beta, steps=steps, requests=requests, seed=0, head_noise=0.8)
+    df = simulate(
+        AcceptanceModel(0.55, beta, head_noise=0.8), steps=steps, requests=requests, seed=0
+    )
     t_gen = time.perf_counter() - t0
     print(
         f"simulated {len(df):,} labeled drafts ({steps:,} steps x {requests} requests) in {t_gen:.1f}s"

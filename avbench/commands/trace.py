@@ -148,15 +148,14 @@ def trace(req: TraceRequest) -> None:
 
 
 def _trace_against(req: TraceRequest, out: Path) -> None:
-    from avbench.estimator.live_vs_trace import check_live_run, render_live_check
+    from avbench.estimator.live_vs_trace import TraceRunOptions, check_live_run, render_live_check
 
     run = req.against
     assert run is not None
     if not (run / "manifest.json").is_file():
         raise AvbenchError(f"--against {run}: not a run directory (no manifest.json)")
-    res = check_live_run(
-        run, out / "drafts", req.passes, req.tolerance, req.seed, req.device, typer.echo
-    )
+    opts = TraceRunOptions(req.passes, req.tolerance, req.seed, req.device)
+    res = check_live_run(run, out / "drafts", opts, typer.echo)
     typer.echo(render_live_check(res))
     if not res.passed:
         raise typer.Exit(1)

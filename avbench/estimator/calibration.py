@@ -133,15 +133,23 @@ class Comparison:
     clusters: int
 
 
+@dataclass(frozen=True)
+class Bootstrap:
+    """How the paired bootstrap of :func:`compare` resamples: ``n_boot`` replicates, a
+    ``level`` percentile interval, a seeded generator."""
+
+    n_boot: int = 200
+    level: float = 0.95
+    seed: int = 0
+
+
 def compare(
     y: np.ndarray,
     pa_: np.ndarray,
     pb: np.ndarray,
     cluster: np.ndarray | None = None,
-    n_boot: int = 200,
-    level: float = 0.95,
+    boot: Bootstrap = Bootstrap(),
     n_bins: int = DEFAULT_BINS,
-    seed: int = 0,
 ) -> Comparison:
     """Compare two predictors on the same drafts with a paired (cluster) bootstrap.
 
@@ -149,6 +157,7 @@ def compare(
     resampled: each replicate draws cluster multiplicities from a multinomial and weights the
     drafts by them. Both predictors see the same replicate, so the interval is of the difference.
     """
+    n_boot, level = boot.n_boot, boot.level
     y = np.asarray(y, dtype=np.float64)
     ma, mb = metrics(y, pa_, n_bins), metrics(y, pb, n_bins)
     names = ("auc", "log_loss", "ece")
@@ -158,7 +167,7 @@ def compare(
     else:
         _, cid = np.unique(np.asarray(cluster), return_inverse=True)
     n_cl = int(cid.max()) + 1 if len(cid) else 0
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(boot.seed)
     ra, rb = RankedScores.of(pa_), RankedScores.of(pb)
     reps = {k: np.empty(n_boot) for k in names}
     for i in range(n_boot):

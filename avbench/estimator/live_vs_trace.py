@@ -284,21 +284,36 @@ class LiveCheck:
         return all(p.passed for p in self.positions)
 
 
+@dataclass(frozen=True)
+class TraceRunOptions:
+    """How :func:`check_live_run` traces: each cell's prompts ``passes`` times, on ``device``,
+    seeded; ``tolerance``: a fixed pass band per position (None: from the standard errors)."""
+
+    passes: int = 1
+    tolerance: float | None = None
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.passes < 1:
+            raise LiveCheckError(f"--passes: expected an integer >= 1, got {self.passes}")
+        if self.tolerance is not None and not self.tolerance > 0:
+            raise LiveCheckError(f"--tolerance: expected a positive number, got {self.tolerance}")
+
+
 def check_live_run(
     run_dir: Path,
     out_dir: Path,
-    passes: int = 1,
-    tolerance: float | None = None,
-    seed: int = 0,
-    device: str = "cpu",
+    opts: TraceRunOptions = TraceRunOptions(),
     progress: Callable[[str], None] | None = None,
 ) -> LiveCheck:
-    """Trace the run's pair on its cells' prompts (``passes`` times each) with its sampling and
-    K, vLLM's drafter semantics, and compare per position."""
+    """Trace the run's pair on its cells' prompts with its sampling and K, vLLM's drafter
+    semantics, and compare per position."""
     import time
 
     from avbench.estimator.drafts import write_drafts
     from avbench.estimator.trace import (
+        Models,
         TraceConfig,
         encode_prompts,
         load_model,
@@ -306,10 +321,7 @@ def check_live_run(
         trace_pair,
     )
 
-    if passes < 1:
-        raise LiveCheckError(f"--passes: expected an integer >= 1, got {passes}")
-    if tolerance is not None and not tolerance > 0:
-        raise LiveCheckError(f"--tolerance: expected a positive number, got {tolerance}")
+    passes, seed, device = opts.passes, opts.seed, opts.device
     t0 = time.monotonic()
     run = load_live_run(run_dir)
     cfg = TraceConfig(
@@ -333,14 +345,14 @@ def check_live_run(
         prompts = encode_prompts(tok, messages) * passes
         # Cells often repeat the same prompts: one seed each keeps their traces independent.
         cell_cfg = replace(cfg, seed=seed + n)
-        frames.append(trace_pair(target, drafter, prompts, cell_cfg, ids, eos_ids, progress))
+        frames.append(trace_pair(Models(target, drafter), prompts, cell_cfg, ids, eos_ids, progress))
         if progress:
             progress(f"{cell_id}: traced {len(prompts)} prompts")
     df = pd.concat(frames, ignore_index=True)
     write_drafts(df, out_dir / f"trace-of-{run_dir.name}.drafts.parquet")
     trace = trace_acceptance(df["position"], df["label"], df["expected_accept"], run.k)
     captured = live_captured(run)
-    positions = compare(run.drafts, run.accepted, trace, tolerance, captured)
+    positions = compare(run.drafts, run.accepted, trace, opts.tolerance, captured)
     return LiveCheck(run, positions, captured is not None, len(df), time.monotonic() - t0)
 
 

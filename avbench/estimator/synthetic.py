@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 
+@dataclass(frozen=True)
+class AcceptanceModel:
+    """The known truth drafts are drawn from: q_max ~ Beta(*qmax_beta) per draft, label ~
+    Bernoulli(sigmoid(omega * logit(q_max) + beta[pos])); ``head_noise``: the standard deviation
+    of a confidence head's logit around the true one (None: no head scores)."""
+
+    omega: float
+    beta: np.ndarray
+    qmax_beta: tuple[float, float] = (2.0, 1.0)
+    head_noise: float | None = None
+
+
 def simulate(
-    omega: float,
-    beta: np.ndarray,
+    model: AcceptanceModel,
     steps: int,
     requests: int,
     seed: int = 0,
-    head_noise: float | None = None,
-    qmax_beta: tuple[float, float] = (2.0, 1.0),
     workload: str = "sim",
 ) -> pd.DataFrame:
-    """Drafts of ``requests`` concurrent requests for ``steps`` engine steps.
-
-    q_max ~ Beta(*qmax_beta) per draft, label ~ Bernoulli(sigmoid(omega * logit(q_max) + beta[pos]));
-    a draft is stored only if every earlier draft of its step was accepted (labeled prefix).
-    """
+    """Drafts of ``requests`` concurrent requests for ``steps`` engine steps, drawn from
+    ``model``; a draft is stored only if every earlier draft of its step was accepted (labeled
+    prefix)."""
+    omega, beta, qmax_beta, head_noise = model.omega, model.beta, model.qmax_beta, model.head_noise
     rng = np.random.default_rng(seed)
     k = len(beta)
     parts: dict[str, list[np.ndarray]] = {}

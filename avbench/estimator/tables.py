@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from avbench.estimator import published as pub
-from avbench.estimator.calibration import DEFAULT_BINS, compare, metrics
+from avbench.estimator.calibration import DEFAULT_BINS, Bootstrap, compare, metrics
 from avbench.estimator.drafts import (
     DRAFTS_SUFFIX,
     ESTIMATOR_SUFFIX,
@@ -243,9 +243,7 @@ def estimator_vs_head_table(ctx: Context, n_boot: int = 200, level: float = 0.95
         ("all positions", has, "all"),
         ("excluding position 1", has & (pos > 1), "excl1"),
     ):
-        c = compare(
-            y[mask], est[mask], head[mask], cl[mask], n_boot=n_boot, level=level, n_bins=ctx.n_bins
-        )
+        c = compare(y[mask], est[mask], head[mask], cl[mask], Bootstrap(n_boot, level), ctx.n_bins)
         row: list[object] = [label, c.a.n]
         for k in ("auc", "log_loss", "ece"):
             row += [

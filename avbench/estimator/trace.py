@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -271,9 +271,15 @@ _LABEL_COLUMNS = ("request_id", "step", "position", "label", "q_max", "f", "q_sa
                   "expected")  # fmt: skip
 
 
+class Models(NamedTuple):
+    """The traced pair's loaded models (transformers causal LMs on one device)."""
+
+    target: Any
+    drafter: Any
+
+
 def trace_pair(
-    target,
-    drafter,
+    models: Models,
     prompts: Sequence[Sequence[int]],
     cfg: TraceConfig,
     ids: dict[str, str],
@@ -289,6 +295,7 @@ def trace_pair(
 
     if not prompts:
         raise TraceError("no prompts to trace")
+    target, drafter = models
     dev = _device(target)
     gen = torch.Generator(device=dev).manual_seed(cfg.seed)
     queue = [
@@ -686,7 +693,7 @@ def run_trace(
     eos = tok.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
     ids = {"run_id": run_id, "pair_id": pair.pair_id, "workload_id": workload}
-    df = trace_pair(target, drafter, prompts, cfg, ids, eos_ids, progress)
+    df = trace_pair(Models(target, drafter), prompts, cfg, ids, eos_ids, progress)
     dp, ep, res = finish_trace(df, out_dir, ids, cfg.num_draft)
     secs = time.monotonic() - t0
     manifest = {

@@ -20,71 +20,60 @@ def arm_colors(arms: list[str]) -> dict[str, str]:
     return {a: PALETTE[i % len(PALETTE)] for i, a in enumerate(arms)}
 
 
-def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
-    """One trace per arm (closed-loop points joined, open-loop rates as their own diamonds),
-    the frontier, and the best static K per load. Predicted points (avbench predict) are
-    hollow and their arm's legend says so; burst-delivered points are crossed and faded, the
-    reason in their hover and a "⚠" by their label."""
-    v = with_frontier(view.dropna(subset=["x", "y"])).sort_values("load_order")
-    if "predicted" not in v:
-        v = v.assign(predicted=False)
-    v = v.assign(suspect=[burst_delivered(r) or "" for _, r in v.iterrows()])
-    fig = go.Figure()
-    for arm in dict.fromkeys(v["arm"]):
-        a = v[v["arm"] == arm]
-        name = f"{arm} (predicted)" if a["predicted"].all() else arm
-        for closed, part in a.groupby(a["concurrency"].notna(), sort=False):
-            shape = "circle" if closed else "diamond"
-            fig.add_trace(
-                go.Scatter(
-                    x=part["x"],
-                    y=part["y"],
-                    mode="lines+markers+text" if closed else "markers+text",
-                    name=name,
-                    legendgroup=arm,
-                    showlegend=bool(closed or a["concurrency"].isna().all()),
-                    text=[
-                        f"{lo}{' (pred.)' if p else ''}{' ⚠' if bad else ''}"
-                        for lo, p, bad in zip(
-                            part["load"], part["predicted"], part["suspect"], strict=True
-                        )
-                    ],
-                    textposition="top center",
-                    marker=dict(
-                        color=colors.get(arm),
-                        size=[13 if f else 8 for f in part["on_frontier"]],
-                        symbol=[
-                            shape + ("-x" if bad else "") + ("-open" if p else "")
-                            for p, bad in zip(part["predicted"], part["suspect"], strict=True)
-                        ],
-                        opacity=[0.45 if bad else 1.0 for bad in part["suspect"]],
-                        line=dict(
-                            width=[
-                                2 if f or p else 0
-                                for f, p in zip(part["on_frontier"], part["predicted"], strict=True)
-                            ],
-                            color=[
-                                colors.get(arm) if p and not f else "#222"
-                                for f, p in zip(part["on_frontier"], part["predicted"], strict=True)
-                            ],
-                        ),
-                    ),
-                    line=dict(color=colors.get(arm), dash="dot" if a["predicted"].all() else None),
-                    customdata=np.stack(
-                        [
-                            [fmt(v, ".2f") for v in part["acceptance_length"]],
-                            [fmt(v * 100, ".1f", "%") for v in part["y_spread"]],
-                            [f"<br>⚠ {bad}" if bad else "" for bad in part["suspect"]],
-                        ],
-                        axis=-1,
-                    ),
-                    hovertemplate=(
-                        f"{arm} %{{text}}<br>%{{x:.1f}} tok/s/user<br>%{{y:.1f}} tok/s/GPU"
-                        "<br>accept length %{customdata[0]}<br>spread %{customdata[1]}"
-                        "%{customdata[2]}<extra></extra>"
-                    ),
-                )
-            )
+def _marker(part: pd.DataFrame, shape: str, color: str | None) -> dict:
+    """Frontier points large and outlined, predicted ones hollow, burst-delivered ones crossed
+    and faded."""
+    pairs = list(zip(part["on_frontier"], part["predicted"], strict=True))
+    return dict(
+        color=color,
+        size=[13 if f else 8 for f in part["on_frontier"]],
+        symbol=[
+            shape + ("-x" if bad else "") + ("-open" if p else "")
+            for p, bad in zip(part["predicted"], part["suspect"], strict=True)
+        ],
+        opacity=[0.45 if bad else 1.0 for bad in part["suspect"]],
+        line=dict(
+            width=[2 if f or p else 0 for f, p in pairs],
+            color=[color if p and not f else "#222" for f, p in pairs],
+        ),
+    )
+
+
+def _arm_trace(arm: str, a: pd.DataFrame, part: pd.DataFrame, closed: bool, color: str | None):
+    """One arm's closed-loop points (joined) or open-loop rates (diamonds); ``a``: all its points."""
+    predicted = bool(a["predicted"].all())
+    return go.Scatter(
+        x=part["x"],
+        y=part["y"],
+        mode="lines+markers+text" if closed else "markers+text",
+        name=f"{arm} (predicted)" if predicted else arm,
+        legendgroup=arm,
+        showlegend=bool(closed or a["concurrency"].isna().all()),
+        text=[
+            f"{lo}{' (pred.)' if p else ''}{' ⚠' if bad else ''}"
+            for lo, p, bad in zip(part["load"], part["predicted"], part["suspect"], strict=True)
+        ],
+        textposition="top center",
+        marker=_marker(part, "circle" if closed else "diamond", color),
+        line=dict(color=color, dash="dot" if predicted else None),
+        customdata=np.stack(
+            [
+                [fmt(x, ".2f") for x in part["acceptance_length"]],
+                [fmt(x * 100, ".1f", "%") for x in part["y_spread"]],
+                [f"<br>⚠ {bad}" if bad else "" for bad in part["suspect"]],
+            ],
+            axis=-1,
+        ),
+        hovertemplate=(
+            f"{arm} %{{text}}<br>%{{x:.1f}} tok/s/user<br>%{{y:.1f}} tok/s/GPU"
+            "<br>accept length %{customdata[0]}<br>spread %{customdata[1]}"
+            "%{customdata[2]}<extra></extra>"
+        ),
+    )
+
+
+def _add_guides(fig: go.Figure, v: pd.DataFrame) -> None:
+    """The best static K per load and the frontier, as lines over the arms' points."""
     env = static_envelope(v)
     if not env.empty:
         fig.add_trace(
@@ -110,6 +99,23 @@ def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
                 hoverinfo="skip",
             )
         )
+
+
+def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
+    """One trace per arm (closed-loop points joined, open-loop rates as their own diamonds),
+    the frontier, and the best static K per load. Predicted points (avbench predict) are
+    hollow and their arm's legend says so; burst-delivered points are crossed and faded, the
+    reason in their hover and a "⚠" by their label."""
+    v = with_frontier(view.dropna(subset=["x", "y"])).sort_values("load_order")
+    if "predicted" not in v:
+        v = v.assign(predicted=False)
+    v = v.assign(suspect=[burst_delivered(r) or "" for _, r in v.iterrows()])
+    fig = go.Figure()
+    for arm in dict.fromkeys(v["arm"]):
+        a = v[v["arm"] == arm]
+        for closed, part in a.groupby(a["concurrency"].notna(), sort=False):
+            fig.add_trace(_arm_trace(arm, a, part, bool(closed), colors.get(arm)))
+    _add_guides(fig, v)
     fig.update_layout(
         title=title,
         xaxis_title=X_TITLE,

@@ -139,7 +139,7 @@ def test_drafter_confidence_ranks_its_own_acceptance(pair):
     from sklearn.metrics import roc_auc_score
 
     from avbench.estimator.prompts import load_prompts
-    from avbench.estimator.trace import TraceConfig, encode_prompts, trace_pair
+    from avbench.estimator.trace import Models, TraceConfig, encode_prompts, trace_pair
 
     target, drafter, tok = pair
     cfg = TraceConfig(num_draft=4, temperature=1.0, top_p=0.95, max_new_tokens=64, seed=0)
@@ -147,7 +147,7 @@ def test_drafter_confidence_ranks_its_own_acceptance(pair):
     for workload in ("gsm8k", "humaneval"):
         prompts = encode_prompts(tok, load_prompts(workload, 8, tiny_pair_dir() / "target"))
         ids = {"run_id": "t", "pair_id": "tiny-cpu", "workload_id": workload}
-        frames.append(trace_pair(target, drafter, prompts, cfg, ids, [tok.eos_token_id]))
+        frames.append(trace_pair(Models(target, drafter), prompts, cfg, ids, [tok.eos_token_id]))
     labels = [int(v) for f in frames for v in f["label"]]
     feature = [float(v) for f in frames for v in f["logit_q_max"]]
     auc, accept = roc_auc_score(labels, feature), sum(labels) / len(labels)

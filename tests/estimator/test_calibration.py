@@ -7,7 +7,7 @@ import pytest
 from sklearn.metrics import log_loss as sk_log_loss
 from sklearn.metrics import roc_auc_score
 
-from avbench.estimator.calibration import auc, compare, ece, log_loss, metrics
+from avbench.estimator.calibration import Bootstrap, auc, compare, ece, log_loss, metrics
 
 
 def _direct_ece(y, p, n_bins):
@@ -65,8 +65,8 @@ def test_metrics_summary_and_comparison():
     m = metrics(y, good)
     assert m.n == n and m.n_bins == 10
     assert m.mean_pred == pytest.approx(good.mean()) and m.observed == pytest.approx(y.mean())
-    c = compare(y, good, noisy, cluster=np.arange(n) // 4, n_boot=100)
+    c = compare(y, good, noisy, cluster=np.arange(n) // 4, boot=Bootstrap(n_boot=100))
     assert c.diff["auc"] > 0 and c.ci_low["auc"] > 0  # the true probability ranks better
     assert c.ci_low["log_loss"] <= c.diff["log_loss"] <= c.ci_high["log_loss"]
-    same = compare(y, good, good, n_boot=20)
+    same = compare(y, good, good, boot=Bootstrap(n_boot=20))
     assert same.diff == {"auc": 0.0, "log_loss": 0.0, "ece": 0.0} and same.ci_high["auc"] == 0.0

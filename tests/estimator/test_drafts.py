@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from avbench.estimator.drafts import DraftsError, read_drafts, validate_drafts, write_drafts
-from avbench.estimator.synthetic import simulate
+from avbench.estimator.synthetic import AcceptanceModel, simulate
 
 
 @pytest.fixture
 def df():
-    return simulate(0.5, np.array([0.5, 0.0, -0.5]), steps=20, requests=3, seed=0)
+    return simulate(AcceptanceModel(0.5, np.array([0.5, 0.0, -0.5])), steps=20, requests=3, seed=0)
 
 
 def test_round_trip(tmp_path, df):

@@ -8,6 +8,7 @@ import torch
 
 from avbench.estimator.live_vs_trace import trace_acceptance
 from avbench.estimator.trace import (
+    Models,
     TraceConfig,
     draft_probs,
     expected_acceptance,
@@ -102,7 +103,7 @@ def test_traced_labels_agree_with_their_expected_acceptance(torch_one_thread):
     prompts = [tok(t)["input_ids"] for t in ("Question: 12 + 30 =", "def add(a, b):", "The")]
     cfg = TraceConfig(num_draft=3, temperature=1.0, top_p=0.95, max_new_tokens=64, seed=3)
     ids = {"run_id": "r", "pair_id": "tiny-cpu", "workload_id": "w"}
-    df = trace_pair(target, drafter, prompts * 2, cfg, ids)
+    df = trace_pair(Models(target, drafter), prompts * 2, cfg, ids)
     assert df["expected_accept"].between(0, 1).all()
     for pos, g in df.groupby("position"):
         e = g["expected_accept"].to_numpy()

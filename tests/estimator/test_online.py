@@ -15,7 +15,7 @@ from avbench.estimator.online import (
     round_sums,
     sigmoid,
 )
-from avbench.estimator.synthetic import simulate
+from avbench.estimator.synthetic import AcceptanceModel, simulate
 
 TRUE_OMEGA = 0.55
 TRUE_BETA = np.array([0.6, 0.3, 0.1, -0.1, -0.3])
@@ -34,7 +34,7 @@ def _replay_df(df, cfg=None):
 @pytest.fixture(scope="module")
 def sim():
     # 3000 steps x 32 concurrent requests: 30 rounds, about 170k labeled drafts.
-    return simulate(TRUE_OMEGA, TRUE_BETA, steps=3000, requests=32, seed=1)
+    return simulate(AcceptanceModel(TRUE_OMEGA, TRUE_BETA), steps=3000, requests=32, seed=1)
 
 
 def _mle(df):
@@ -71,7 +71,7 @@ def test_agrees_with_unpenalised_mle_on_same_data(sim):
 def test_fixed_point_is_the_mle():
     # The same 100 steps fed again and again: lambda sits in the Hessian only, so the
     # iteration's fixed point has a zero gradient, i.e. it is the unpenalised MLE itself.
-    base = simulate(TRUE_OMEGA, TRUE_BETA, steps=100, requests=32, seed=2)
+    base = simulate(AcceptanceModel(TRUE_OMEGA, TRUE_BETA), steps=100, requests=32, seed=2)
     reps = 80
     frames = []
     for i in range(reps):
@@ -144,7 +144,7 @@ def test_guard_masks_only_the_slope_step():
 
 
 def test_stateful_estimator_matches_vectorised_replay():
-    df = simulate(TRUE_OMEGA, TRUE_BETA, steps=350, requests=4, seed=5)
+    df = simulate(AcceptanceModel(TRUE_OMEGA, TRUE_BETA), steps=350, requests=4, seed=5)
     res = _replay_df(df)
     est = OnlineEstimator(EstimatorConfig(num_positions=5))
     preds = np.empty(len(df))
@@ -205,7 +205,9 @@ def test_steps_without_labels_count_toward_the_round(sim):
 
 
 def test_replay_matches_the_stateful_estimator_fed_empty_steps():
-    df = _drop_steps(simulate(TRUE_OMEGA, TRUE_BETA, steps=350, requests=4, seed=8), 60, seed=9)
+    df = _drop_steps(
+        simulate(AcceptanceModel(TRUE_OMEGA, TRUE_BETA), steps=350, requests=4, seed=8), 60, seed=9
+    )
     est = OnlineEstimator(EstimatorConfig(num_positions=5))
     by_step = dict(tuple(df.groupby("step", sort=True)))
     empty = np.array([], dtype=np.float64)
@@ -224,7 +226,7 @@ def test_replay_matches_the_stateful_estimator_fed_empty_steps():
 
 def test_trailing_calls_and_empty_rounds():
     # Labels only in the first 150 calls of 420: the replay is told how many calls there were.
-    df = simulate(TRUE_OMEGA, TRUE_BETA, steps=150, requests=4, seed=10)
+    df = simulate(AcceptanceModel(TRUE_OMEGA, TRUE_BETA), steps=150, requests=4, seed=10)
     short = _replay_df(df)
     full = replay(
         df["step"].to_numpy(),

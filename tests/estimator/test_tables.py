@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from avbench.estimator.drafts import DraftsError
-from avbench.estimator.synthetic import simulate
+from avbench.estimator.synthetic import AcceptanceModel, simulate
 from avbench.estimator.tables import (
     Context,
     Inputs,
@@ -30,13 +30,10 @@ def drafts():
     # Three workloads, from predictable (q_max near 1) to unpredictable.
     parts = [
         simulate(
-            0.5,
-            BETA + shift,
+            AcceptanceModel(0.5, BETA + shift, head_noise=0.8, qmax_beta=ab),
             steps=400,
             requests=8,
             seed=i,
-            head_noise=0.8,
-            qmax_beta=ab,
             workload=w,
         )
         for i, (w, shift, ab) in enumerate(
@@ -107,7 +104,11 @@ def _inverted(workload: str, seed: int, qmax_beta: tuple[float, float]) -> pd.Da
     """A stream whose acceptance falls as the drafter grows confident: every slope step would
     turn the slope negative, so vLLM's guard masks it, while the intercepts keep moving."""
     return simulate(
-        -0.6, BETA, steps=400, requests=8, seed=seed, qmax_beta=qmax_beta, workload=workload
+        AcceptanceModel(-0.6, BETA, qmax_beta=qmax_beta),
+        steps=400,
+        requests=8,
+        seed=seed,
+        workload=workload,
     )
 
 

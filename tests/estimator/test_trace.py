@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from avbench.cli import app
 from avbench.estimator.drafts import read_drafts, read_estimator_log, validate_drafts
 from avbench.estimator.trace import (
+    Models,
     TraceConfig,
     chi_square,
     distribution_test,
@@ -29,7 +30,7 @@ def test_trace_rows_follow_schema(small_pair, torch_one_thread):
         num_draft=4, temperature=1.0, top_p=0.95, max_new_tokens=24, num_prompts=6, concurrency=3
     )
     ids = {"run_id": "r", "pair_id": "rand", "workload_id": "w"}
-    df = trace_pair(target, drafter, [CONTEXT, CONTEXT[:3], [1, 2]] * 2, cfg, ids)
+    df = trace_pair(Models(target, drafter), [CONTEXT, CONTEXT[:3], [1, 2]] * 2, cfg, ids)
     out = validate_drafts(df, "trace", structure=True)  # positions 1..n, 0 only last
     assert len(out) > 50 and set(out["position"]) <= {1, 2, 3, 4}
     assert 0.05 < out["label"].mean() < 0.99  # the drafter is neither useless nor perfect

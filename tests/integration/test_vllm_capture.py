@@ -145,7 +145,7 @@ def _aligned(cap: pd.DataFrame, tr: pd.DataFrame) -> tuple[pd.DataFrame, pd.Data
 
 def test_captured_features_match_the_offline_trace(served):
     from avbench.assets import tiny_pair_dir
-    from avbench.estimator.trace import TraceConfig, load_model, load_tokenizer, trace_pair
+    from avbench.estimator.trace import Models, TraceConfig, load_model, load_tokenizer, trace_pair
 
     root = tiny_pair_dir()
     tok = load_tokenizer(root / "target")
@@ -165,7 +165,7 @@ def test_captured_features_match_the_offline_trace(served):
                       num_prompts=len(prompts), concurrency=1)  # fmt: skip
     target, drafter = load_model(root / "target"), load_model(root / "drafter")
     names = {"run_id": "t", "pair_id": "tiny-cpu", "workload_id": "w"}
-    trace = trace_pair(target, drafter, prompts, cfg, names, eos_token_ids=())
+    trace = trace_pair(Models(target, drafter), prompts, cfg, names, eos_token_ids=())
 
     pairs = []
     for i, rid in enumerate(ids):
