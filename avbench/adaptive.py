@@ -103,9 +103,11 @@ def first_round(pair: Pair, sweep: Sweep) -> Sweep:
         else pair.max_k
     )
     capture = sorted({*sweep.capture, "steps", "drafts"})
-    return sweep.model_copy(
-        update={"arms": ["baseline", "static"], "k_values": [k], "static_k": "max",
-                "repeats": 1, "capture": capture, "draft_fraction": 1.0}
+    # Validated, not model_copy'd: the manifest it goes into is validated when read back.
+    return Sweep.model_validate(
+        sweep.model_dump()
+        | {"arms": ["baseline", "static"], "k_values": [k], "static_k": "max", "schedule": None,
+           "repeats": 1, "capture": capture, "draft_fraction": 1.0}
     )  # fmt: skip
 
 
@@ -151,7 +153,7 @@ def _standings(store: RunStore, state: AdaptiveState, pair: Pair, av_runs: bool)
     return standings(_points(store), state.policy.uncertainty, max_repeats)
 
 
-def _cells_for(wanted: list[Wanted], pair: Pair, sweep: Sweep) -> list[Cell]:
+def cells_for(wanted: list[Wanted], pair: Pair, sweep: Sweep) -> list[Cell]:
     """The full sweep's cells (every workload) of each wanted arm, concurrency and repeat."""
     repeats = max([sweep.repeats, *(w.repeat + 1 for w in wanted)])
     full = build_plan(pair, sweep.model_copy(update={"repeats": repeats}))
@@ -249,7 +251,7 @@ class AdaptiveOutcome:
 def _next_cells(run: _Run, state: AdaptiveState, now: list[Standing]) -> list[Cell] | None:
     """The next round's cells; None when the same cells already failed in an earlier round."""
     sweep = Sweep.model_validate(state.sweep)
-    cells = _cells_for([w for s in now for w in s.wanted], run.opts.pair, sweep)
+    cells = cells_for([w for s in now for w in s.wanted], run.opts.pair, sweep)
     tried = {c for r in state.rounds for c in r.get("cells", [])}
     done = run.store.finished_cells()
     if cells and all(c.id in tried and c.id not in done for c in cells):

@@ -144,3 +144,32 @@ def standings(view: pd.DataFrame, unc: Uncertainty, max_repeats: int) -> list[St
         standing(closed[closed["concurrency"] == c], int(c), unc, max_repeats)
         for c in sorted(closed["concurrency"].unique())
     ]
+
+
+def replay(
+    view: pd.DataFrame, first: set[str], unc: Uncertainty, max_repeats: int
+) -> list[tuple[Wanted, ...]]:
+    """The later rounds an adaptive sweep would take if every option were what ``view`` (a fully
+    measured run's pooled points) says: the ``first`` arms measured once, every other option
+    predicted exactly. Each round is the cells it wants; a repeat takes the view's spread once
+    two repeats exist. What it cannot know: a prediction's real error, which can only add
+    rounds where an option lands nearer the winner than the view puts it."""
+    closed = view[view["concurrency"].notna() & view["arm_kind"].isin(OPTION_KINDS)]
+    sim = closed.assign(
+        predicted=~closed["arm"].isin(first),
+        repeats=1,
+        y_spread=float("nan"),
+    ).reset_index(drop=True)
+    true_spread = closed["y_spread"].reset_index(drop=True)
+    rounds: list[tuple[Wanted, ...]] = []
+    while True:
+        wanted = tuple(w for s in standings(sim, unc, max_repeats) for w in s.wanted)
+        if not wanted:
+            return rounds
+        rounds.append(wanted)
+        for w in wanted:
+            at = (sim["arm"] == w.arm) & (sim["concurrency"] == w.concurrency)
+            sim.loc[at, "predicted"] = False
+            sim.loc[at, "repeats"] = w.repeat + 1
+            if w.repeat + 1 >= 2:
+                sim.loc[at, "y_spread"] = true_spread[at]

@@ -24,6 +24,7 @@ from avbench.errors import AvbenchError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from avbench.analysis.adaptive import Wanted
     from avbench.commands.resolve import Resolved
     from avbench.plan import Cell
     from avbench.plan_cost import PlanWork
@@ -43,6 +44,14 @@ class PlanRequest(Request):
         Path | None,
         typer.Option("--from", help="Previous run whose measured speed prices the wall time"),
     ] = None
+    adaptive: Annotated[
+        bool,
+        typer.Option(
+            "--adaptive",
+            help="Also print what `avbench sweep --adaptive` would measure: its first round, its "
+            "ceiling and, with --from, the rounds replayed on that run",
+        ),
+    ] = False
     vllm_python: VllmPython = None  # type: ignore[assignment]
     as_json: Annotated[bool, JsonOpt] = False
 
@@ -55,6 +64,7 @@ class PlanView:
     cells: list[Cell]
     python: str
     from_run: Path | None
+    adaptive: bool = False
 
 
 def register(app: typer.Typer) -> None:
@@ -86,7 +96,7 @@ def plan(req: PlanRequest) -> None:
         )
         return
     _print_cells(got, cells, arm_names)
-    view = PlanView(got, cells, req.vllm_python, req.from_run)
+    view = PlanView(got, cells, req.vllm_python, req.from_run, req.adaptive)
     print_plan_work(Console(highlight=False, soft_wrap=True), view)
 
 
@@ -149,6 +159,8 @@ def print_plan_work(console: Console, view: PlanView) -> None:
     )
     if view.from_run is not None:
         _print_wall_time(console, view, work)
+    if view.adaptive:
+        _print_adaptive(console, view, work)
 
 
 def _plan_work(view: PlanView) -> PlanWork:
@@ -212,3 +224,76 @@ def _print_wall_time(console: Console, view: PlanView, work: PlanWork) -> None:
         f"coarser match; {format_duration(est.server_start_s)} per server start)",
         markup=False,
     )
+
+
+def _price(view: PlanView, work: PlanWork, cells: list[Cell]) -> float:
+    """Seconds for ``cells`` measured as one resume (its own server starts), priced by --from."""
+    from avbench.plan_cost import estimate_wall_time, plan_work
+    from avbench.store import RunStore
+
+    assert view.from_run is not None
+    part = plan_work(
+        cells,
+        max_tokens=view.resolved.sweep.sampling.max_tokens,
+        turns={},
+        commands={a.arm: a.command for a in work.arms},
+        unsupported={a.arm: a.unsupported for a in work.arms if a.unsupported},
+    )
+    store = RunStore.open(view.from_run)
+    return estimate_wall_time(cells, part, store.cells_frame(), store.read_manifest()).seconds
+
+
+def _print_adaptive(console: Console, view: PlanView, work: PlanWork) -> None:
+    """The adaptive sweep's first round and ceiling; with --from, its rounds replayed there."""
+    from avbench.adaptive import cells_for, first_round
+    from avbench.analysis.adaptive import OPTION_KINDS
+    from avbench.plan import Arm, build_plan
+
+    pair, sweep = view.resolved.pair, view.resolved.sweep
+    first = build_plan(pair, first_round(pair, sweep))
+    unsupported = {a.arm for a in work.arms if a.unsupported}
+    # The rounds measure the options a verdict picks from (no dyn arm), and what runs here.
+    runnable = [
+        c for c in view.cells if c.arm not in unsupported and Arm.parse(c.arm).kind in OPTION_KINDS
+    ]
+    console.print(
+        f"--adaptive: the first round measures {len(first)} cells "
+        f"({', '.join(dict.fromkeys(c.arm for c in first))}, one repeat, step timings and drafts "
+        f"captured); later rounds only the cells an undecided verdict wants: between "
+        f"{len(first)} and {len(runnable)} cells in all (docs/adaptive.md)",
+        markup=False,
+    )
+    if view.from_run is None:
+        return
+    rounds = _replayed_rounds(view, {c.arm for c in first})
+    later = [cells_for(list(w), pair, sweep) for w in rounds]
+    cells = len(first) + sum(len(r) for r in later)
+    seconds = sum(_price(view, work, r) for r in [first, *later])
+    fixed = _price(view, work, view.cells)
+    from avbench.plan_cost import format_duration
+
+    console.print(
+        f"--adaptive replayed on run {view.from_run.name} (its measured throughput taken as "
+        f"each prediction): {cells} cells in {1 + len(rounds)} round(s), about "
+        f"{format_duration(seconds)}, against the fixed protocol's {len(view.cells)} cells, about "
+        f"{format_duration(fixed)} ({seconds / fixed:.2f}x)",
+        markup=False,
+    )
+
+
+def _replayed_rounds(view: PlanView, first: set[str]) -> list[tuple[Wanted, ...]]:
+    from avbench.analysis.adaptive import Uncertainty, replay
+    from avbench.analysis.points import POOLED, build_points
+    from avbench.store import RunStore
+
+    assert view.from_run is not None
+    frame = RunStore.open(view.from_run).cells_frame()
+    points = build_points(frame[frame["arm"].isin({c.arm for c in view.cells})])
+    pooled = points[points["workload"] == POOLED]
+    missing = first - set(pooled["arm"])
+    if missing:
+        raise AvbenchError(
+            f"--from {view.from_run}: no measured {', '.join(sorted(missing))}: the adaptive "
+            "replay needs the arms of its first round"
+        )
+    return replay(pooled, first, Uncertainty(), view.resolved.sweep.repeats)

@@ -25,6 +25,7 @@ ScoreOfQ = Callable[[np.ndarray], np.ndarray]  # q (M, V) -> score (M, V) if tok
 FeatureMode = Literal["exact", "vllm"]
 FEATURE_MODES: tuple[str, ...] = ("exact", "vllm")
 
+
 def _logit(q: np.ndarray) -> np.ndarray:
     return logit_from_prob(q)
 

@@ -345,7 +345,9 @@ def check_live_run(
         prompts = encode_prompts(tok, messages) * passes
         # Cells often repeat the same prompts: one seed each keeps their traces independent.
         cell_cfg = replace(cfg, seed=seed + n)
-        frames.append(trace_pair(Models(target, drafter), prompts, cell_cfg, ids, eos_ids, progress))
+        frames.append(
+            trace_pair(Models(target, drafter), prompts, cell_cfg, ids, eos_ids, progress)
+        )
         if progress:
             progress(f"{cell_id}: traced {len(prompts)} prompts")
     df = pd.concat(frames, ignore_index=True)

@@ -132,9 +132,7 @@ def _spec_config(manifest: RunManifest, arm: Arm, schedule: Schedule | None) -> 
     sweep = manifest.sweep
     if arm.kind == "dyn":
         sweep = sweep | {"arms": [*sweep.get("arms", []), "dyn"], "schedule": schedule}
-    return speculative_config(
-        Pair.model_validate(manifest.pair), arm, Sweep.model_validate(sweep)
-    )
+    return speculative_config(Pair.model_validate(manifest.pair), arm, Sweep.model_validate(sweep))
 
 
 def _predict_arm(ctx: _Context, arm: Arm, policy: Policy) -> list[dict]:

@@ -147,6 +147,7 @@ def _build(rs: RunSet) -> _Page:
         points = build_points(rs.with_predictions())
         colors = figs.arm_colors(list(dict.fromkeys(points["arm"])))
         _recommendation(page, rs, points)
+        _adaptive(page, rs)
         _frontiers(page, rs, points, colors)
         _predictions(page, rs)
         _gains(page, rs, points)
@@ -313,6 +314,45 @@ def _burst_note(page: _Page, view: pd.DataFrame) -> None:
             "the delivery's, not what a user saw; their throughput stands.",
             "warn",
         )
+
+
+def _adaptive(page: _Page, rs: RunSet) -> None:
+    """Each adaptive run's verdicts as its last round left them, and what each rests on."""
+    for run in rs.runs:
+        path = run.store.root / "adaptive.json"
+        if not path.exists():
+            continue
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+            last = state["rounds"][-1]["standings"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            page.text(
+                f"{path}: unreadable adaptive state ({exc}); its verdicts are not shown.", "warn"
+            )
+            continue
+        cells = sum(len(r.get("cells", [])) for r in state["rounds"])
+        page.section(f"Adaptive sweep: {run.run_id}")
+        page.text(
+            f"Status {state['status']}: {cells} cells measured in {len(state['rounds']) - 1} "
+            f"round(s), {state.get('server_seconds', 0):.0f} server-seconds. A verdict is "
+            "decided when no other option's interval reaches the winner's: a measured option "
+            "± the larger of its repeat spread and 5%, a predicted one ± 10%. Inside noise: "
+            "the repeats are spent and the intervals still overlap."
+        )
+        rows = tuple(
+            (
+                f"c={s['concurrency']}",
+                s["verdict"],
+                s["state"],
+                "-" if s.get("margin") is None else f"{s['margin']:+.1%}",
+                ", ".join(s.get("contenders", [])) or "-",
+                "a prediction" if s.get("rests_on_prediction") else "measurements",
+            )
+            for s in last
+        )
+        header = ("load", "verdict", "standing", "lead over the next option", "contenders",
+                  "rests on")  # fmt: skip
+        page.table(tables.Table(header, rows, "Verdict per concurrency (all workloads pooled)"))
 
 
 def _predictions(page: _Page, rs: RunSet) -> None:

@@ -10,8 +10,8 @@ from avbench.adaptive import (
     AdaptivePolicy,
     AdaptiveState,
     AdaptiveStopped,
-    _cells_for,
     _targets,
+    cells_for,
     first_round,
 )
 from avbench.analysis.adaptive import Uncertainty, Wanted
@@ -31,6 +31,10 @@ def test_round_0_is_the_baseline_and_the_max_k_arm_once_with_captures(suite):
     assert first.repeats == 1 and {"steps", "drafts"} <= set(first.capture)
     assert (first.workloads, first.concurrencies) == (sweep.workloads, sweep.concurrencies)
     assert first.sampling == sweep.sampling and first.draft_method == sweep.draft_method
+    # The sweep's K schedule goes with its dyn arm: a manifest holding one without the other
+    # would not open again (resume validates it).
+    assert sweep.schedule is not None and first.schedule is None
+    assert type(first).model_validate(first.model_dump()) == first
 
 
 def test_the_predicted_arms_are_the_smaller_static_k_and_av_only_where_it_runs(suite):
@@ -41,7 +45,7 @@ def test_the_predicted_arms_are_the_smaller_static_k_and_av_only_where_it_runs(s
 
 def test_a_round_measures_every_workload_of_a_wanted_arm_and_load(suite):
     pair, sweep = suite.pair("tiny-cpu"), suite.sweep("predict-cpu-t1")
-    cells = _cells_for([Wanted("static-k1", 2, 0), Wanted("baseline", 4, 1)], pair, sweep)
+    cells = cells_for([Wanted("static-k1", 2, 0), Wanted("baseline", 4, 1)], pair, sweep)
     assert sorted(c.id for c in cells) == sorted(
         [
             "static-k1__gsm8k-tiny__c2__rep0", "static-k1__humaneval-tiny__c2__rep0",
@@ -54,7 +58,7 @@ def test_a_round_measures_every_workload_of_a_wanted_arm_and_load(suite):
 
 def test_a_repeat_past_the_sweeps_repeats_is_sized_like_the_others(suite):
     pair, sweep = suite.pair("tiny-cpu"), suite.sweep("demo")  # one repeat
-    (a, b) = _cells_for([Wanted("static-k1", 1, 1)], pair, sweep)
+    (a, b) = cells_for([Wanted("static-k1", 1, 1)], pair, sweep)
     assert {a.repeat, b.repeat} == {1} and a.num_requests == build_plan(pair, sweep)[0].num_requests
 
 

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from avbench.analysis.adaptive import Uncertainty, Wanted, standings
+from avbench.analysis.adaptive import Uncertainty, Wanted, replay, standings
 from avbench.analysis.points import POOLED, build_points
 
 
@@ -68,3 +68,43 @@ def test_each_concurrency_stands_alone_and_a_tie_goes_to_the_smaller_k(cell):
     s1, s4 = standings(view, UNC, max_repeats=2)
     assert (s1.concurrency, s1.verdict, s1.state) == (1, "static K=1", "measure")
     assert (s4.concurrency, s4.verdict, s4.state) == (4, "no speculation", "decided")
+
+
+FIRST = {"baseline", "static-k3"}
+
+
+def test_replay_of_a_clear_run_takes_no_round_after_the_first(cell):
+    view = _points(
+        cell("baseline", 1, [100, 100]), cell("static-k3", 1, [60, 61]),
+        cell("static-k1", 1, [80, 81]),
+    )  # fmt: skip
+    assert replay(view, FIRST, UNC, max_repeats=2) == []
+
+
+def test_replay_measures_a_near_prediction_then_repeats_then_stops_inside_noise(cell):
+    view = _points(
+        cell("baseline", 1, [100, 101]), cell("static-k3", 1, [60, 61]),
+        cell("static-k1", 1, [96, 97]), cell("baseline", 4, [100, 100]),
+        cell("static-k3", 4, [50, 50]), cell("static-k1", 4, [70, 70]),
+    )  # fmt: skip
+    rounds = replay(view, FIRST, UNC, max_repeats=2)
+    # c=1: k1 (predicted, 96.5 + 10%) reaches the baseline's 95.5, is measured, then both are
+    # within 5% of each other with one repeat, get a second, and stay inside noise. c=4: decided.
+    assert rounds == [
+        (Wanted("static-k1", 1, 0),),
+        (Wanted("baseline", 1, 1), Wanted("static-k1", 1, 1)),
+    ]
+
+
+def test_replay_repeats_overlapping_measured_options_until_the_repeats_are_spent(cell):
+    # One repeat each: 100 vs 94 overlap at +-5%; the second repeats' spread is 0 and 5% stays
+    # the floor, so they still overlap and the repeats are spent: two rounds, never a third.
+    view = _points(
+        cell("baseline", 2, [100, 100]), cell("static-k3", 2, [94, 94]),
+        cell("static-k1", 2, [40, 40]),
+    )  # fmt: skip
+    rounds = replay(view, FIRST, UNC, max_repeats=3)
+    assert rounds == [
+        (Wanted("baseline", 2, 1), Wanted("static-k3", 2, 1)),
+        (Wanted("baseline", 2, 2), Wanted("static-k3", 2, 2)),
+    ]

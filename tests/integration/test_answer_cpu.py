@@ -77,4 +77,4 @@ def test_recommend_then_measure_the_schedule_as_a_dyn_arm(tmp_path):
     assert f"{dyn_arm.name} is on the frontier at" in md
     assert "counters vs schedule" in md and "| NO |" not in md
     html = (out / "report.html").read_text()
-    assert '"name":"best static K"' in html and f'"name":"{dyn_arm["name"]}"' in html
+    assert '"name":"best static K"' in html and f'"name":"{dyn_arm.name}"' in html

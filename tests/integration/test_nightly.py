@@ -28,9 +28,12 @@ if probe_vllm(sys.executable).distribution is None:
 
 REPO = Path(__file__).resolve().parents[2]
 # Identical back-to-back runs of the tiny pair on 2 cores, cells of 48 requests: throughput
-# within 13%, latency medians within 25% (2026-12-01); a dedicated GPU runner uses the 5%
-# default. --max-num-seqs 1 at concurrency 4 serves one request at a time: throughput fell by
-# 62% and median TTFT grew 20-fold, well beyond this.
+# within 13%, latency medians within 25% on an idle machine (2026-12-01), but on a shared CI
+# machine the second run was 29% slower with median TTFT at c=1 up 70% (2026-12-02): the
+# machine's speed drifts between server starts, which no single run's spread can see. A
+# dedicated GPU runner uses the 5% default. --max-num-seqs 1 at concurrency 4 serves one
+# request at a time: throughput fell by 62% and median TTFT grew 20-fold, well beyond both.
+SAME_TOLERANCE = "0.9"
 TOLERANCE = "0.4"
 
 
@@ -126,7 +129,7 @@ def test_identical_runs_are_same_within_noise(short_suites, tmp_path):
     results = tmp_path / "results"
     first = short_run(short_suites, results, "first")
     same = short_run(short_suites, results, "same")
-    res = avbench("compare", str(first), str(same), "--tolerance", TOLERANCE, "--markdown",
+    res = avbench("compare", str(first), str(same), "--tolerance", SAME_TOLERANCE, "--markdown",
                   str(tmp_path / "same.md"))  # fmt: skip
     verdicts = [line for line in res.stdout.splitlines() if line.startswith("| tiny-cpu /")]
     assert len(verdicts) == 2, res.stdout

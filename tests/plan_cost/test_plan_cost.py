@@ -159,3 +159,59 @@ def test_cli_plan_shows_commands_work_and_wall_time(tmp_path):
     # Each request at 2 s; each start at the stored run's (600 s - 40 s in cells) / 2 starts.
     if arms == 1:
         assert "estimated wall time: 10m00s from run prev (4 cells priced from the same cell" in out
+
+
+def test_cli_plan_adaptive_replays_the_rounds_on_a_stored_run(tmp_path):
+    """`avbench plan --adaptive --from RUN`: round 0, the ceiling, and the rounds the stored
+    throughputs would take (known by hand below), priced like the fixed protocol."""
+    from avbench.plan import Arm
+    from avbench.store import RunStore
+    from avbench.suite import load_suite
+
+    suite = load_suite(REPO / "avbench" / "suites")
+    sweep = suite.sweep("predict-cpu-t1").model_copy(
+        update={"workloads": ["gsm8k-tiny"], "concurrencies": [1, 2], "k_values": [1, 3]}
+    )
+    cells = build_plan(suite.pair("tiny-cpu"), sweep)
+    prev = RunStore.create(
+        tmp_path, "prev",
+        {"run_id": "prev", "started_at": "2026-12-01T00:00:00+00:00",
+         "ended_at": "2026-12-01T01:00:00+00:00"},
+    )  # fmt: skip
+    # c=1: K=1 within 10% of the baseline (measured, then both repeated, then inside noise);
+    # c=2: the baseline leads by 67%, decided after round 0.
+    tput = {("baseline", 1): 100, ("static-k3", 1): 60, ("static-k1", 1): 96,
+            ("baseline", 2): 200, ("static-k3", 2): 100, ("static-k1", 2): 120}  # fmt: skip
+    for c in cells:
+        if (c.arm, c.concurrency) in tput:
+            y = tput[c.arm, c.concurrency] * (1 + 0.01 * c.repeat)
+            arm = Arm.parse(c.arm)
+            row = {"window_s": 2.0 * c.num_requests, "output_tok_s_per_gpu": y,
+                   "arm_kind": arm.kind, "k": arm.k}  # fmt: skip
+            prev.write_cell(c.to_dict() | row, [], {})
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "plan", "--pair", "tiny-cpu", "--sweep",
+         "predict-cpu-t1", "--workloads", "gsm8k-tiny", "--concurrencies", "1,2", "--k", "1,3",
+         "--adaptive", "--from", str(prev.root)],
+        capture_output=True, text=True, cwd=REPO, env=os.environ | {"COLUMNS": "250"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    # Round 0: baseline and K=3 at c=1, 2; the ceiling: baseline, K=1, K=3 x 2 loads x 2 repeats.
+    assert "--adaptive: the first round measures 4 cells (baseline, static-k3" in out
+    assert "between 4 and 12 cells in all" in out
+    # Round 1: K=1 at c=1; round 2: the second repeat of the baseline and K=1 at c=1.
+    assert (
+        "--adaptive replayed on run prev (its measured throughput taken as each prediction): "
+        "7 cells in 3 round(s)"
+    ) in out
+    assert f"against the fixed protocol's {len(cells)} cells" in out
+
+    missing = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "plan", "--pair", "tiny-cpu", "--sweep", "demo",
+         "--k", "2", "--adaptive", "--from", str(prev.root)],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    # Round 0 would measure K=2, which the stored run never did: nothing to replay from.
+    assert missing.returncode != 0 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "--from" in missing.stderr and "no measured static-k2" in missing.stderr

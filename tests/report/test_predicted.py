@@ -56,3 +56,25 @@ def test_a_measured_arm_wins_over_its_prediction(run_factory, tmp_path):
     assert not any("rests on predicted" in " ".join(d.notes) for d in ans.pooled.decisions)
     md = write_report([store.root], static_figures=False).markdown.read_text()
     assert "Predicted vs measured" in md and "av-k3 (predicted)" not in md
+
+
+def test_an_adaptive_run_shows_each_verdict_with_what_it_rests_on(run_factory, tmp_path):
+    store = run_factory(tmp_path)
+    standings = [
+        {"concurrency": 1, "verdict": "static K=1", "winner": "static-k1", "state": "decided",
+         "margin": 0.31, "contenders": [], "rests_on_prediction": False},
+        {"concurrency": 4, "verdict": "no speculation", "winner": "baseline",
+         "state": "inside noise", "margin": 0.02, "contenders": ["static-k1"],
+         "rests_on_prediction": True},
+    ]  # fmt: skip
+    state = {"rounds": [{"round": 0, "cells": ["a", "b"], "seconds": 50.0},
+                        {"round": 1, "standings": standings}],
+             "status": "inside noise", "server_seconds": 50.0}  # fmt: skip
+    (store.root / "adaptive.json").write_text(json.dumps(state))
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "Status inside noise: 2 cells measured in 1 round(s), 50 server-seconds" in md
+    assert "| c=1 | static K=1 | decided | +31.0% | - | measurements |" in md
+    assert "| c=4 | no speculation | inside noise | +2.0% | static-k1 | a prediction |" in md
+    (store.root / "adaptive.json").write_text('{"rounds": [')  # torn: said, not a traceback
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "unreadable adaptive state" in md and "| c=1 | static K=1" not in md

@@ -1,0 +1,78 @@
+"""`avbench sweep --adaptive` on a REAL vLLM CPU server (the embedded tiny pair): the max-K arm's
+server SIGKILLed while it starts stops the sweep with its reason and keeps the baseline's cell;
+`--resume` measures the max-K arm, predicts K = 1 from it and goes on until the verdict is
+decided or the cell budget is spent. Three or four server starts: marked `integration`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from avbench.server import find_free_port, group_alive, port_is_free, probe_vllm
+
+pytestmark = pytest.mark.integration
+
+if probe_vllm(sys.executable).distribution is None:
+    pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
+
+BASE, MAXK = "baseline__gsm8k-tiny__c1__rep0", "static-k3__gsm8k-tiny__c1__rep0"
+
+
+def _rows(run):
+    return {
+        r["cell_id"]: r for r in map(json.loads, (run / "cells.jsonl").read_text().splitlines())
+    }
+
+
+def test_a_failed_max_k_arm_stops_it_and_resume_continues(tmp_path, wait_for):
+    port, run = find_free_port(), tmp_path / "a"
+    cmd = [
+        sys.executable, "-m", "avbench.cli", "sweep", "--pair", "tiny-cpu", "--sweep",
+        "predict-cpu-t1", "--adaptive", "--budget-cells", "4", "--k", "1,3", "--workloads",
+        "gsm8k-tiny", "--concurrencies", "1", "--requests", "4", "--warmup", "1",
+        "--max-tokens", "32", "--results", str(tmp_path), "--run-id", "a", "--port", str(port),
+        "--no-report",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pgid_file = run / "arms" / "static-k3" / "server.pgid"
+        wait_for(
+            "the max-K arm's server",
+            lambda: pgid_file.exists() and pgid_file.read_text(),
+            proc,
+            600,
+        )
+        pgid = int(pgid_file.read_text())
+        os.killpg(pgid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert "adaptive sweep stopped" in err and "static-k3" in err and "--resume" in err
+    assert list(_rows(run)) == [BASE]
+    assert json.loads((run / "adaptive.json").read_text())["status"] == "failed"
+    assert not group_alive(pgid) and port_is_free(port)
+    baseline = _rows(run)[BASE]
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "sweep", "--resume", str(run), "--port", str(port),
+         "--no-report"],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = _rows(run)
+    assert rows[BASE] == baseline and MAXK in rows  # measured once, then the max-K arm
+    state = json.loads((run / "adaptive.json").read_text())
+    assert state["status"] in ("decided", "inside noise", "budget")
+    assert sum(len(r.get("cells", [])) for r in state["rounds"]) <= 4
+    (last,) = state["rounds"][-1]["standings"]
+    assert last["concurrency"] == 1 and last["winner"] in ("baseline", "static-k1", "static-k3")
+    predicted = {json.loads(x)["arm"] for x in (run / "predicted.jsonl").read_text().splitlines()}
+    assert predicted == {"static-k1"}
+    # The verdict table and the closing line go where the sweep's progress goes (stderr).
+    assert "c=1" in resumed.stderr and last["verdict"] in resumed.stderr
+    assert f"{run}: {state['status']}" in resumed.stderr
