@@ -152,8 +152,8 @@ def replay(
     """The later rounds an adaptive sweep would take if every option were what ``view`` (a fully
     measured run's pooled points) says: the ``first`` arms measured once, every other option
     predicted exactly. Each round is the cells it wants; a repeat takes the view's spread once
-    two repeats exist. What it cannot know: a prediction's real error, which can only add
-    rounds where an option lands nearer the winner than the view puts it."""
+    two repeats exist. What it cannot know: a prediction's real error, which can move an option
+    nearer the winner (another round) or farther (fewer cells) than the view puts it."""
     closed = view[view["concurrency"].notna() & view["arm_kind"].isin(OPTION_KINDS)]
     sim = closed.assign(
         predicted=~closed["arm"].isin(first),
