@@ -125,11 +125,15 @@ def test_make_nightly_tiny_cpu(nightly):
     ).read_text()
 
 
-def test_identical_runs_are_same_within_noise(short_suites, tmp_path):
-    results = tmp_path / "results"
-    first = short_run(short_suites, results, "first")
-    same = short_run(short_suites, results, "same")
-    res = avbench("compare", str(first), str(same), "--tolerance", SAME_TOLERANCE, "--markdown",
+@pytest.fixture(scope="module")
+def base_run(short_suites, tmp_path_factory) -> Path:
+    """One short run both comparisons below take as their baseline (a server start saved)."""
+    return short_run(short_suites, tmp_path_factory.mktemp("base") / "results", "base")
+
+
+def test_identical_runs_are_same_within_noise(short_suites, base_run, tmp_path):
+    same = short_run(short_suites, tmp_path / "results", "same")
+    res = avbench("compare", str(base_run), str(same), "--tolerance", SAME_TOLERANCE, "--markdown",
                   str(tmp_path / "same.md"))  # fmt: skip
     verdicts = [line for line in res.stdout.splitlines() if line.startswith("| tiny-cpu /")]
     assert len(verdicts) == 2, res.stdout
@@ -138,10 +142,9 @@ def test_identical_runs_are_same_within_noise(short_suites, tmp_path):
     assert (tmp_path / "same.md").read_text().startswith("## avbench compare: OK")
 
 
-def test_slower_server_is_listed_then_worse(short_suites, tmp_path):
+def test_slower_server_is_listed_then_worse(short_suites, base_run, tmp_path):
     """The same short run, then one with --max-num-seqs 1: at c=4 requests queue one by one."""
-    results = tmp_path / "results"
-    base = short_run(short_suites, results, "base")
+    results, base = tmp_path / "results", base_run
     pairs = short_suites / "pairs.toml"
     original = pairs.read_text()
     pairs.write_text(
