@@ -2,7 +2,7 @@
 
 The sweep starts a server with these environment variables (``capture_env_vars``), the plugin
 in each vLLM process writes these files into the capture directory, and the sweep reads them
-back per cell (``avbench.capture``). Standard library only: every vLLM process imports this at
+back per cell (``avbench.serving.capture``). Standard library only: every vLLM process imports this at
 plugin registration, so it costs nothing there (pyarrow is imported only to build the schema).
 """
 

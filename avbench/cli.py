@@ -50,7 +50,7 @@ def _secrets_in_use() -> list[str]:
     files += [a.split("=", 1)[1] for a in args if a.startswith("--api-key-file=")]
     for path in files:
         try:
-            from avbench.apikey import read_key_file
+            from avbench.inputs.apikey import read_key_file
 
             keys.append(read_key_file(Path(path)))
         except AvbenchError:

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from avbench.artefacts import SweepManifest
 from avbench.errors import AvbenchError
+from avbench.inputs.suite import Pair
 from avbench.metrics.quality import Output, fill_identity, first_difference, identity_applies
-from avbench.records import RequestRecord
-from avbench.store import RunStore
-from avbench.suite import Pair
+from avbench.store.artefacts import SweepManifest
+from avbench.store.records import RequestRecord
+from avbench.store.run_store import RunStore
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from avbench.capture import steps_path
+from avbench.serving.capture import steps_path
 
 
 def _steps(run: Path, arm: str, workload: str, c: int) -> pd.DataFrame:

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import httpx
 
-from avbench.plan import Arm
-from avbench.sanity import PROMPTS, Profile, measure, sanity_sweep, self_drafting
-from avbench.server import Launch, arm_server, find_free_port
-from avbench.server_log import engine_choices
-from avbench.suite import load_suite
+from avbench.checks.sanity import PROMPTS, Profile, measure, sanity_sweep, self_drafting
+from avbench.inputs.suite import load_suite
+from avbench.plan.cells import Arm
+from avbench.serving.server import Launch, arm_server, find_free_port
+from avbench.serving.server_log import engine_choices
 
 PAIR = "tiny-cpu"
 T1 = Profile("T=1", 1.0)

@@ -31,8 +31,8 @@ from scipy.signal import lfilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from avbench.inputs.suite import StoppingRule  # noqa: E402
 from avbench.metrics.sequential import SequentialMonitor, Stream, intervals  # noqa: E402
-from avbench.suite import StoppingRule  # noqa: E402
 
 TTFT_S, TPOT_S, DT_S, DRIFT_S, DRIFT_SIGMA = 0.05, 0.01, 0.02, 4.0, 0.15
 

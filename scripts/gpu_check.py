@@ -489,7 +489,7 @@ class FakeV2:
 
     def close(self) -> dict:
         """Stop the writer; what it wrote (rows per label) and what the hooks caught."""
-        from avbench.capture import read_captured
+        from avbench.serving.capture import read_captured
 
         writer = self.cap._writer
         if writer is not None:

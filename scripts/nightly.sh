@@ -32,7 +32,7 @@ BASELINE=${BASELINE:-}
 if [ -z "${SWEEP:-}" ]; then
   SWEEP=$("$PY" -c '
 import sys
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
 sweeps = load_suite().sweeps
 print(next((n for n, s in sweeps.items() if n.startswith("nightly") and sys.argv[1] in s.pairs), "nightly"))
 ' "$PAIR") || exit 2

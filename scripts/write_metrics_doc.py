@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from avbench.cellrow import definitions_markdown
+from avbench.store.cellrow import definitions_markdown
 
 if __name__ == "__main__":
     out = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from avbench.artefacts import RunManifest
+from avbench.store.artefacts import RunManifest
 
 DEFAULT_TOLERANCE = 0.05
 BOOTSTRAP_RESAMPLES = 2000

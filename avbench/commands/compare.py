@@ -76,9 +76,9 @@ def _run_cells(path: Path) -> RunCells:
     import pandas as pd
 
     from avbench.analysis.compare import RunCells, cell_settings
-    from avbench.artefacts import source_manifest
     from avbench.metrics.data import request_latencies_ms
-    from avbench.store import RunStore
+    from avbench.store.artefacts import source_manifest
+    from avbench.store.run_store import RunStore
 
     store = RunStore.open(path)
     manifest = store.read_manifest()

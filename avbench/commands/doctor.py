@@ -43,7 +43,7 @@ def doctor(req: DoctorRequest) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    from avbench.doctor import DoctorOptions, exit_code, run_doctor
+    from avbench.checks.doctor import DoctorOptions, exit_code, run_doctor
 
     checks = run_doctor(
         DoctorOptions(

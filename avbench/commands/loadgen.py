@@ -25,9 +25,9 @@ def serve_fake(
     import json
 
     from avbench.errors import AvbenchError
-    from avbench.inputs import check_port
-    from avbench.server import port_holder
-    from avbench.stream_server import ServerConfig, main
+    from avbench.inputs.checks import check_port
+    from avbench.serving.server import port_holder
+    from avbench.serving.stream_server import ServerConfig, main
 
     if port != 0:
         check_port(port)

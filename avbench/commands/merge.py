@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 @command(MergeRequest)
 def merge(req: MergeRequest) -> None:
     """Combine several runs (one per pair or machine) into one run directory for reports."""
-    from avbench.merge import merge_runs
+    from avbench.store.merge import merge_runs
 
     res = merge_runs(req.runs, req.out)
     typer.echo(

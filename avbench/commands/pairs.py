@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 @command(PairsRequest)
 def pairs(req: PairsRequest) -> None:
     """List the model pairs defined in the suite files."""
-    from avbench.suite import load_suite
+    from avbench.inputs.suite import load_suite
 
     suite = load_suite(req.suites)
     if req.as_json:

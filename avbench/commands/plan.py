@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from avbench.analysis.adaptive import Wanted
     from avbench.commands.resolve import Resolved
-    from avbench.plan import Cell
-    from avbench.plan_cost import PlanWork
+    from avbench.plan.cells import Cell
+    from avbench.plan.cost import PlanWork
 
 
 class PlanRequest(Request):
@@ -78,7 +78,7 @@ def plan(req: PlanRequest) -> None:
     from rich.console import Console
 
     from avbench.commands.resolve import load_update, resolve
-    from avbench.plan import arms_for, build_plan
+    from avbench.plan.cells import arms_for, build_plan
 
     update = load_update(req.workloads, req.concurrencies, req.rates, req.k_values)
     got = resolve(req.suites, req.pair, req.sweep, update)
@@ -135,7 +135,7 @@ def print_plan_work(console: Console, view: PlanView) -> None:
     """`avbench plan`'s second half: each arm's server command, then the work and its time."""
     import shlex
 
-    from avbench import checkpoints
+    from avbench.inputs import checkpoints
 
     work = _plan_work(view)
     pair = view.resolved.pair
@@ -166,9 +166,9 @@ def print_plan_work(console: Console, view: PlanView) -> None:
 def _plan_work(view: PlanView) -> PlanWork:
     """Each arm's server command (and why this vLLM cannot run it), and the work."""
     from avbench.errors import UnsupportedArm
-    from avbench.plan import Arm
-    from avbench.plan_cost import plan_work
-    from avbench.server import build_command, check_arm_supported, probe_vllm
+    from avbench.plan.cells import Arm
+    from avbench.plan.cost import plan_work
+    from avbench.serving.server import build_command, check_arm_supported, probe_vllm
 
     pair, sweep = view.resolved.pair, view.resolved.sweep
     try:
@@ -209,8 +209,8 @@ def _turns(got: Resolved) -> dict[str, int | None]:
 
 
 def _print_wall_time(console: Console, view: PlanView, work: PlanWork) -> None:
-    from avbench.plan_cost import estimate_wall_time, format_duration
-    from avbench.store import RunStore
+    from avbench.plan.cost import estimate_wall_time, format_duration
+    from avbench.store.run_store import RunStore
 
     assert view.from_run is not None
     store = RunStore.open(view.from_run)
@@ -228,8 +228,8 @@ def _print_wall_time(console: Console, view: PlanView, work: PlanWork) -> None:
 
 def _price(view: PlanView, work: PlanWork, cells: list[Cell]) -> float:
     """Seconds for ``cells`` measured as one resume (its own server starts), priced by --from."""
-    from avbench.plan_cost import estimate_wall_time, plan_work
-    from avbench.store import RunStore
+    from avbench.plan.cost import estimate_wall_time, plan_work
+    from avbench.store.run_store import RunStore
 
     assert view.from_run is not None
     part = plan_work(
@@ -245,9 +245,9 @@ def _price(view: PlanView, work: PlanWork, cells: list[Cell]) -> float:
 
 def _print_adaptive(console: Console, view: PlanView, work: PlanWork) -> None:
     """The adaptive sweep's first round and ceiling; with --from, its rounds replayed there."""
-    from avbench.adaptive import cells_for, first_round
     from avbench.analysis.adaptive import OPTION_KINDS
-    from avbench.plan import Arm, build_plan
+    from avbench.plan.cells import Arm, build_plan
+    from avbench.run.adaptive import cells_for, first_round
 
     pair, sweep = view.resolved.pair, view.resolved.sweep
     first = build_plan(pair, first_round(pair, sweep))
@@ -270,7 +270,7 @@ def _print_adaptive(console: Console, view: PlanView, work: PlanWork) -> None:
     cells = len(first) + sum(len(r) for r in later)
     seconds = sum(_price(view, work, r) for r in [first, *later])
     fixed = _price(view, work, view.cells)
-    from avbench.plan_cost import format_duration
+    from avbench.plan.cost import format_duration
 
     console.print(
         f"--adaptive replayed on run {view.from_run.name} (its measured throughput taken as "
@@ -284,7 +284,7 @@ def _print_adaptive(console: Console, view: PlanView, work: PlanWork) -> None:
 def _replayed_rounds(view: PlanView, first: set[str]) -> list[tuple[Wanted, ...]]:
     from avbench.analysis.adaptive import Uncertainty, replay
     from avbench.analysis.points import POOLED, build_points
-    from avbench.store import RunStore
+    from avbench.store.run_store import RunStore
 
     assert view.from_run is not None
     frame = RunStore.open(view.from_run).cells_frame()

@@ -27,10 +27,10 @@ def register(app: typer.Typer) -> None:
 @command(PreflightRequest)
 def preflight(req: PreflightRequest) -> None:
     """Parse every arm's vLLM command line with the installed vLLM; no model is loaded."""
-    from avbench.plan import arms_for
-    from avbench.preflight import Target
-    from avbench.preflight import preflight as run_preflight
-    from avbench.suite import load_suite
+    from avbench.checks.preflight import Target
+    from avbench.checks.preflight import preflight as run_preflight
+    from avbench.inputs.suite import load_suite
+    from avbench.plan.cells import arms_for
 
     suite = load_suite(req.suites)
     pairs = [suite.pair(p) for p in req.pair] if req.pair else list(suite.pairs.values())

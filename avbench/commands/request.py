@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from typer.models import ParameterInfo
 
 from avbench.errors import AvbenchError
-from avbench.inputs import validation_error
+from avbench.inputs.checks import validation_error
 
 R = TypeVar("R", bound="Request")
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from avbench.commands.request import invalid
 from avbench.errors import AvbenchError
-from avbench.suite import Pair, Suite, Sweep, load_suite
+from avbench.inputs.suite import Pair, Suite, Sweep, load_suite
 
 # Fields of the sweep's nested tables: the command line's replace the file's one by one.
 NESTED = ("sampling", "timeouts")

@@ -1,5 +1,5 @@
 """`avbench sanity --pair P`: does this vLLM build accept every draft of a target drafting for
-itself? (avbench/sanity.py; exit 1 when it does not.)"""
+itself? (avbench/checks/sanity.py; exit 1 when it does not.)"""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
 def sanity(req: SanityRequest) -> None:
     """Serve the pair's target as its own drafter (K = max_k, probabilistic drafting) and check
     that every draft position accepts exactly 1.000 at T=1 (top-p 1.0) and at T=0."""
-    from avbench.sanity import SanityOptions, run_sanity, table
+    from avbench.checks.sanity import SanityOptions, run_sanity, table
 
     opts = SanityOptions(
         pair=req.pair,

@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from pydantic import SecretStr
     from rich.console import Console
 
-    from avbench.plan import Arm
-    from avbench.progress import RichReporter
-    from avbench.runner import SweepOptions, SweepOutcome
-    from avbench.suite import Pair, Sweep
+    from avbench.inputs.suite import Pair, Sweep
+    from avbench.plan.cells import Arm
+    from avbench.run.progress import RichReporter
+    from avbench.run.runner import SweepOptions, SweepOutcome
     from avbench.workloads.spec import WorkloadSpec
 
 SEQUENTIAL = "Sequential cells: "
@@ -274,8 +274,8 @@ def sweep(req: SweepRequest) -> None:
 
     Exit code: 0 every supported cell measured, 1 some cells failed, 2 bad input, 3 an arm
     unsupported (with --strict), 4 internal error, 130 interrupted."""
-    from avbench.apikey import resolve_api_key
-    from avbench.progress import RichReporter, make_console
+    from avbench.inputs.apikey import resolve_api_key
+    from avbench.run.progress import RichReporter, make_console
 
     secret = resolve_api_key(req.api_key, req.api_key_file)
     console = make_console()
@@ -316,7 +316,7 @@ def _override(req: SweepRequest, secret: SecretStr | None) -> dict[str, Any]:
 
 
 def _resume(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
-    from avbench.runner import resume_sweep
+    from avbench.run.runner import resume_sweep
 
     assert req.resume is not None
     _preflight_stored(req.resume, req.vllm_python)
@@ -327,8 +327,8 @@ def _adaptive(
     req: SweepRequest, secret: SecretStr | None, reporter: RichReporter, console: Console
 ) -> None:
     """--adaptive, or --resume of an adaptive run: the rounds, then each verdict's standing."""
-    from avbench.adaptive import AdaptivePolicy, adaptive_sweep, resume_adaptive
-    from avbench.progress import standings_table
+    from avbench.run.adaptive import AdaptivePolicy, adaptive_sweep, resume_adaptive
+    from avbench.run.progress import standings_table
 
     if req.resume is not None:
         _preflight_stored(req.resume, req.vllm_python)
@@ -352,7 +352,7 @@ def _adaptive(
 
 
 def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
-    from avbench.runner import start_sweep
+    from avbench.run.runner import start_sweep
 
     opts = _options(req, secret)
     return start_sweep(opts, reporter)
@@ -360,7 +360,7 @@ def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) 
 
 def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
     """The new run's options, checked (and, launching, pre-flighted) before any server starts."""
-    from avbench.runner import SweepOptions, check_new_run
+    from avbench.run.runner import SweepOptions, check_new_run
 
     if req.pair is None and req.endpoint is None:
         raise AvbenchError(
@@ -393,9 +393,9 @@ Setup = tuple["Pair", "Sweep", "dict[str, WorkloadSpec]", Path | None]
 
 def _attached(req: SweepRequest) -> Setup:
     """Attached with no suite file: an in-memory pair and sweep."""
-    from avbench.attach import AttachedServer, Lengths, attached_setup
     from avbench.commands.resolve import merge_sequential
-    from avbench.suite import all_workloads
+    from avbench.inputs.suite import all_workloads
+    from avbench.serving.attach import AttachedServer, Lengths, attached_setup
     from avbench.workloads.registry import builtin_workloads
 
     assert req.endpoint is not None
@@ -412,8 +412,8 @@ def _attached(req: SweepRequest) -> Setup:
 
 
 def _from_suite(req: SweepRequest) -> Setup:
-    from avbench.attach import Lengths, apply_lengths
     from avbench.commands.resolve import resolve
+    from avbench.serving.attach import Lengths, apply_lengths
 
     assert req.pair is not None
     got = resolve(req.suites, req.pair, req.sweep, req.sweep_update())
@@ -430,7 +430,7 @@ def _from_suite(req: SweepRequest) -> Setup:
 def _attach_arm(req: SweepRequest, pair: Pair) -> Arm | None:
     """With --endpoint: the arm the server runs (--arm; default the pair's largest static K,
     or the baseline when there is no suite pair)."""
-    from avbench.plan import Arm
+    from avbench.plan.cells import Arm
 
     if not req.endpoint:
         return None
@@ -442,8 +442,8 @@ def _attach_arm(req: SweepRequest, pair: Pair) -> Arm | None:
 
 def _preflight(pair: Pair, sweep: Sweep, pairs_file: Path | None, python: str) -> None:
     """Every server command line checked by the installed vLLM before any server starts."""
-    from avbench.plan import arms_for
-    from avbench.preflight import Target, require_preflight
+    from avbench.checks.preflight import Target, require_preflight
+    from avbench.plan.cells import arms_for
 
     require_preflight(
         [Target(pair, a, pairs_file, sweep) for a in arms_for(pair, sweep)],
@@ -456,9 +456,9 @@ def _preflight_stored(run_dir: Path, python: str) -> None:
     """Pre-flight of a run being resumed: the vLLM may have changed since it started."""
     from pydantic import ValidationError
 
-    from avbench.artefacts import SweepManifest
-    from avbench.store import RunStore
-    from avbench.suite import Pair, Sweep
+    from avbench.inputs.suite import Pair, Sweep
+    from avbench.store.artefacts import SweepManifest
+    from avbench.store.run_store import RunStore
 
     m = RunStore.open(run_dir).read_manifest()
     if not isinstance(m, SweepManifest) or m.endpoint:
@@ -474,7 +474,7 @@ def _summarize(console: Console, outcome: SweepOutcome, write_report: bool) -> N
     """The cells' table, the report's path, the counts and each reason a cell was not
     measured."""
     from avbench.metrics.quality import fill_identity
-    from avbench.progress import summary_table
+    from avbench.run.progress import summary_table
 
     store = outcome.store
     rows = fill_identity(list(store.finished_cells().values()), store.read_records)
@@ -502,9 +502,9 @@ def _dyn_update(pair: str | None, runs: list[Path] | None, arms: list[str] | Non
     """--schedule-from: those runs' best-static-K schedule and drafting settings, + a dyn arm."""
     if not runs:
         return {}
-    from avbench.attach import ATTACHED_PAIR
     from avbench.report.answer import dyn_settings_from
     from avbench.report.runs import load_runs
+    from avbench.serving.attach import ATTACHED_PAIR
 
     kinds = [*(arms or []), "dyn"]
     found = dyn_settings_from(load_runs(runs), pair or ATTACHED_PAIR)

@@ -181,8 +181,8 @@ def _same(cells: list[dict], field: str):
 
 
 def load_live_run(run_dir: Path) -> LiveRun:
-    from avbench.store import RunStore
-    from avbench.suite import Pair
+    from avbench.inputs.suite import Pair
+    from avbench.store.run_store import RunStore
 
     store = RunStore.open(run_dir)
     manifest = store.read_manifest()
@@ -233,9 +233,9 @@ def load_live_run(run_dir: Path) -> LiveRun:
 def cell_messages(run: LiveRun) -> dict[str, list[list[dict[str, str]]]]:
     """Each cell's measured conversations as the sweep sent them (same loader, spec, order and
     warmup split as the runner), as chat messages."""
-    from avbench.artefacts import SweepManifest
-    from avbench.cell_run import select_conversations
-    from avbench.store import RunStore
+    from avbench.run.cell_run import select_conversations
+    from avbench.store.artefacts import SweepManifest
+    from avbench.store.run_store import RunStore
     from avbench.workloads.registry import LoadedWorkload, load_workload
     from avbench.workloads.spec import WorkloadSpec
     from avbench.workloads.tokens import messages_for
@@ -261,8 +261,8 @@ def cell_messages(run: LiveRun) -> dict[str, list[list[dict[str, str]]]]:
 
 def live_captured(run: LiveRun) -> np.ndarray | None:
     """Per-position acceptance from the run's captured drafts of these cells (None: none)."""
-    from avbench.capture import drafts_path
     from avbench.estimator.drafts import read_drafts
+    from avbench.serving.capture import drafts_path
 
     paths = [drafts_path(run.run_dir, c["cell_id"]) for c in run.cells]
     frames = [read_drafts(p) for p in paths if p.is_file()]

@@ -545,7 +545,7 @@ def resolve_pair(
 
 def _suite_pair(name: str, suites: Path | None) -> PairPaths:
     """The models of pair ``name`` of the suite (pairs.toml), as vLLM would be given them."""
-    from avbench.suite import load_suite
+    from avbench.inputs.suite import load_suite
 
     try:
         found = load_suite(suites).pair(name)

@@ -52,7 +52,7 @@ import msgspec
 
 from avbench.loadgen.config import EndpointConfig, SamplingParams
 from avbench.loadgen.transport import FastTransport, MalformedResponseError, Progress
-from avbench.records import RequestRecord
+from avbench.store.records import RequestRecord
 from avbench.workloads.base import Conversation
 
 _perf = time.perf_counter

@@ -19,7 +19,7 @@ from avbench.metrics.base import (
 )
 from avbench.metrics.data import CellData
 from avbench.metrics.prometheus import CounterReset, window_counters
-from avbench.records import RequestRecord
+from avbench.store.records import RequestRecord
 
 # Column order of a row: counts and throughput, then latency, then acceptance.
 _MODULE_ORDER = (throughput.__name__, latency.__name__, acceptance.__name__)

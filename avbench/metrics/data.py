@@ -24,7 +24,7 @@ import numpy as np
 
 from avbench.metrics.base import MetricsError
 from avbench.metrics.prometheus import SpecDecodeCounters
-from avbench.records import RequestRecord
+from avbench.store.records import RequestRecord
 
 # Error kinds the load driver emits (records.py); always reported, 0 when none happened,
 # so every cell has the same columns.

@@ -12,7 +12,7 @@ window is cut 10, 20 and 40 ways (as far as it allows) and the widest interval i
 The centre of each interval is the row's own number (output tokens / window; the median TPOT of
 all requests), so the interval is the sampling noise of exactly what the row reports.
 
-:class:`~avbench.suite.StoppingRule` is the sweep setting (target, floors, ceilings);
+:class:`~avbench.inputs.suite.StoppingRule` is the sweep setting (target, floors, ceilings);
 :class:`SequentialMonitor` watches a cell's finished requests and says when and why to stop.
 """
 
@@ -26,10 +26,10 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from avbench.inputs.suite import SequentialMetric as Metric
+from avbench.inputs.suite import StoppingRule
 from avbench.metrics.data import output_token_count, tpot_seconds
-from avbench.records import RequestRecord
-from avbench.suite import SequentialMetric as Metric
-from avbench.suite import StoppingRule
+from avbench.store.records import RequestRecord
 
 # Few long stretches catch slow drift, many short ones steady the noise estimate: keeping the
 # widest of the three guards against both (docs/measurement.md).

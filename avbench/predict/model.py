@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from avbench.estimator.online import EstimatorConfig, OnlineEstimator
+from avbench.plan.schedule import Schedule, k_at
 from avbench.predict.curves import CostTables
 from avbench.predict.vllm_av import BudgetInputs, budget_rule
-from avbench.schedule import Schedule, k_at
 
 _BOOTSTRAP = 200
 

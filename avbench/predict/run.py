@@ -25,16 +25,16 @@ from typing import Literal
 
 import pandas as pd
 
-from avbench.artefacts import RunManifest
 from avbench.errors import AvbenchError
-from avbench.plan import Arm, Cell
+from avbench.plan.cells import Arm, Cell
+from avbench.plan.schedule import Schedule, max_k
 from avbench.predict.curves import CostTables, fit_cost_tables
 from avbench.predict.model import AvState, Policy, Prediction, predict_cell
 from avbench.predict.source import MissingCapture, SourceCell, arm_rows, curve_steps, source_cell
 from avbench.predict.validate import compare
 from avbench.predict.vllm_av import DecisionCode, decision_code
-from avbench.schedule import Schedule, max_k
-from avbench.store import RunStore, _atomic_write
+from avbench.store.artefacts import RunManifest
+from avbench.store.run_store import RunStore, _atomic_write
 
 PREDICTED_FILE = "predicted.jsonl"
 COMPARED_FILE = "predicted_vs_measured.jsonl"
@@ -124,8 +124,8 @@ def _row(source: SourceCell, arm: Arm, pred: Prediction, spec: dict | None, code
 
 
 def _spec_config(manifest: RunManifest, arm: Arm, schedule: Schedule | None) -> dict | None:
-    from avbench.server import speculative_config
-    from avbench.suite import Pair, Sweep
+    from avbench.inputs.suite import Pair, Sweep
+    from avbench.serving.server import speculative_config
 
     if not manifest.pair or not manifest.sweep:
         raise AvbenchError(f"run {manifest.run_id}: its manifest names no pair and sweep")

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from avbench.capture import read_captured, steps_path
 from avbench.errors import AvbenchError
 from avbench.predict.model import CellReplay, step_times
-from avbench.records import RequestRecord
-from avbench.store import RunStore
+from avbench.serving.capture import read_captured, steps_path
+from avbench.store.records import RequestRecord
+from avbench.store.run_store import RunStore
 
 
 class MissingCapture(AvbenchError):

@@ -29,17 +29,17 @@ from avbench.analysis.points import (
     per_verified,
     views,
 )
-from avbench.artefacts import ArmEntry
 from avbench.errors import StoreFull
+from avbench.plan.schedule import check_dyn
 from avbench.report import figures as figs
 from avbench.report import tables
 from avbench.report.answer import answers
 from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
-from avbench.schedule import check_dyn
-from avbench.server_log import ENGINE_COLUMNS, engine_differences
-from avbench.store import write_together
+from avbench.serving.server_log import ENGINE_COLUMNS, engine_differences
+from avbench.store.artefacts import ArmEntry
+from avbench.store.run_store import write_together
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;max-width:1500px;color:#222}

@@ -12,7 +12,6 @@ import json
 
 import pandas as pd
 
-from avbench.cellrow import PEER_DIFFERENCES
 from avbench.metrics.quality import (
     IDENTICAL_FLOOR,
     NOT_COMPARED,
@@ -21,6 +20,7 @@ from avbench.metrics.quality import (
     quality_flags,
 )
 from avbench.report import tables
+from avbench.store.cellrow import PEER_DIFFERENCES
 
 NEAR_TIES = "near_ties.json"  # written by `avbench quality explain RUN`
 

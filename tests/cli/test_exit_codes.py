@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.stream_server import ServerConfig, serve_in_thread
+from avbench.serving.stream_server import ServerConfig, serve_in_thread
 from avbench.testing.cli import run_cli
 
 
@@ -302,11 +302,11 @@ def test_full_disk_at_run_creation_leaves_no_run_to_resume(small_fs, fake_server
 
 
 def test_unsupported_arm_is_exit_0_unless_strict(tmp_path):
-    from avbench.server import probe_vllm
+    from avbench.serving.server import probe_vllm
 
     if not probe_vllm(sys.executable).is_cpu_build:
         pytest.skip("AV is unsupported only on the CPU build")
-    from avbench.server import find_free_port
+    from avbench.serving.server import find_free_port
 
     # Its own port: the sweep refuses a port in use before it judges the arms.
     port = str(find_free_port())
@@ -323,7 +323,7 @@ def test_unsupported_arm_is_exit_0_unless_strict(tmp_path):
 def test_internal_error_is_exit_4_with_a_saved_traceback(tmp_path, monkeypatch, capsys):
     # Stands in for a bug inside a running sweep: the store's reader breaks mid-run.
     import avbench.cli
-    from avbench.store import RunStore
+    from avbench.store.run_store import RunStore
 
     def broken(self):
         raise RuntimeError("bug in sk-secret-key-123 handling")
@@ -351,12 +351,12 @@ def test_internal_error_is_exit_4_with_a_saved_traceback(tmp_path, monkeypatch, 
 
 def test_internal_error_before_a_run_exists_saves_to_a_temp_file(monkeypatch, capsys):
     import avbench.cli
-    import avbench.suite
+    import avbench.inputs.suite
 
     def broken(*a, **k):
         raise KeyError("stands in for a bug while loading suites")
 
-    monkeypatch.setattr(avbench.suite, "load_suite", broken)
+    monkeypatch.setattr(avbench.inputs.suite, "load_suite", broken)
     monkeypatch.setattr(sys, "argv", ["avbench", "pairs"])
     with pytest.raises(SystemExit) as exc:
         avbench.cli.main()

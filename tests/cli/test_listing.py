@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
 
 CMD = [sys.executable, "-m", "avbench.cli"]
 

@@ -113,7 +113,7 @@ def test_a_bad_value_names_the_option_it_came_from(tmp_path):
 
 
 def test_the_formatter_names_a_field_path_or_a_flag():
-    from avbench.suite import Sweep
+    from avbench.inputs.suite import Sweep
 
     with pytest.raises(ValidationError) as bad:
         Sweep.model_validate({"name": "s", "workloads": ["w"], "sampling": {"top_p": 2}})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.server import group_alive, probe_vllm
+from avbench.serving.server import group_alive, probe_vllm
 
 
 def avbench(*args, env=None, cwd=None, timeout=120):

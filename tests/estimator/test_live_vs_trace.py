@@ -52,7 +52,7 @@ def test_captured_acceptance_counts_as_the_counters_do():
 
 
 def _run(tmp_path, cells, **pair_fields):
-    from avbench.suite import load_suite
+    from avbench.inputs.suite import load_suite
 
     run = tmp_path / "run"
     run.mkdir()

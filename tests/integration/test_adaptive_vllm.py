@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from avbench.server import find_free_port, group_alive, port_is_free, probe_vllm
+from avbench.serving.server import find_free_port, group_alive, port_is_free, probe_vllm
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from avbench.schedule import check_dyn, k_at
-from avbench.server import find_free_port, probe_vllm
-from avbench.store import RunStore
+from avbench.plan.schedule import check_dyn, k_at
+from avbench.serving.server import find_free_port, probe_vllm
+from avbench.store.run_store import RunStore
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from avbench.server import find_free_port, group_alive, group_members, port_is_free, probe_vllm
+from avbench.serving.server import (
+    find_free_port,
+    group_alive,
+    group_members,
+    port_is_free,
+    probe_vllm,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from avbench.failures import FailureKind
-from avbench.server import find_free_port, probe_vllm
-from avbench.store import RunStore
+from avbench.serving.server import find_free_port, probe_vllm
+from avbench.store.failures import FailureKind
+from avbench.store.run_store import RunStore
 
 pytestmark = pytest.mark.integration
 

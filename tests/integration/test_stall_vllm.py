@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.server import probe_vllm
+from avbench.serving.server import probe_vllm
 from avbench.testing.tiny_server import tiny_capture_server
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from avbench.plan import Arm
-from avbench.server import Launch, arm_server, find_free_port, probe_vllm
-from avbench.store import RunStore
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
+from avbench.plan.cells import Arm
+from avbench.serving.server import Launch, arm_server, find_free_port, probe_vllm
+from avbench.store.run_store import RunStore
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from avbench.capture import read_captured, read_status, wait_flushed
 from avbench.estimator.drafts import read_drafts
 from avbench.metrics.prometheus import window_counters
-from avbench.server import ServerProcess, probe_vllm
+from avbench.serving.capture import read_captured, read_status, wait_flushed
+from avbench.serving.server import ServerProcess, probe_vllm
 from avbench.testing.tiny_server import tiny_capture_server
 
 pytestmark = pytest.mark.integration

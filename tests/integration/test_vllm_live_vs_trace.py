@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from avbench.server import probe_vllm
+from avbench.serving.server import probe_vllm
 
 pytestmark = pytest.mark.integration
 

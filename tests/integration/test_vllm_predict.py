@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from avbench.capture import read_captured
 from avbench.metrics.prometheus import window_counters
-from avbench.server import probe_vllm
-from avbench.store import RunStore
+from avbench.serving.capture import read_captured
+from avbench.serving.server import probe_vllm
+from avbench.store.run_store import RunStore
 from avbench.testing.tiny_server import tiny_capture_server
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 
-from avbench.sanity import EXIT_REJECTS
-from avbench.server import probe_vllm
+from avbench.checks.sanity import EXIT_REJECTS
+from avbench.serving.server import probe_vllm
 from avbench.testing.cli import run_cli
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from avbench.inputs.suite import load_suite
 from avbench.metrics.prometheus import window_counters
-from avbench.plan import Arm
-from avbench.server import (
+from avbench.plan.cells import Arm
+from avbench.serving.server import (
     Launch,
     ServerProcess,
     arm_server,
@@ -25,8 +26,7 @@ from avbench.server import (
     port_is_free,
     probe_vllm,
 )
-from avbench.store import RunStore
-from avbench.suite import load_suite
+from avbench.store.run_store import RunStore
 
 pytestmark = pytest.mark.integration
 

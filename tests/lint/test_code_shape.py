@@ -26,7 +26,7 @@ PACKAGE_DIR = Path(avbench.__file__).resolve().parent
 
 @dataclass(frozen=True)
 class Function:
-    path: str  # relative to the package's parent, e.g. avbench/runner.py
+    path: str  # relative to the package's parent, e.g. avbench/run/runner.py
     name: str  # dotted within its module: Class.method, outer.inner
     lines: int
     params: int

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from avbench.metrics import compute_cell_metrics
-from avbench.records import RequestRecord
+from avbench.store.records import RequestRecord
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

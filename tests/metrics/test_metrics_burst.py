@@ -1,5 +1,5 @@
 from avbench.metrics import compute_cell_metrics
-from avbench.records import RequestRecord
+from avbench.store.records import RequestRecord
 
 
 def _rec(i, times):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from avbench.metrics import compute_cell_metrics
-from avbench.records import RequestRecord
+from avbench.store.records import RequestRecord
 
 
 def rec(

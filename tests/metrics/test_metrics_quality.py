@@ -16,9 +16,9 @@ from avbench.metrics.quality import (
     quality_columns,
     quality_flags,
 )
-from avbench.plan import Cell
-from avbench.records import RequestRecord
-from avbench.store import RunStore
+from avbench.plan.cells import Cell
+from avbench.store.records import RequestRecord
+from avbench.store.run_store import RunStore
 
 
 def rec(

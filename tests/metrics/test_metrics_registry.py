@@ -15,7 +15,7 @@ from avbench.metrics import (
     compute_cell_metrics,
     ordered_metrics,
 )
-from avbench.records import RequestRecord
+from avbench.store.records import RequestRecord
 
 
 def _record(times, tokens, cid="c") -> RequestRecord:

@@ -10,6 +10,7 @@ import pytest
 from scipy.signal import lfilter
 from scipy.stats import t as student_t
 
+from avbench.inputs.suite import StoppingRule
 from avbench.metrics.sequential import (
     BATCHINGS,
     T_QUANTILES,
@@ -19,8 +20,7 @@ from avbench.metrics.sequential import (
     median_interval,
     rate_interval,
 )
-from avbench.records import RequestRecord
-from avbench.suite import StoppingRule
+from avbench.store.records import RequestRecord
 
 
 def test_t_quantiles_are_students():

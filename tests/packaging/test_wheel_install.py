@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

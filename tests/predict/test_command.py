@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from avbench.store import RunStore
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
+from avbench.store.run_store import RunStore
 
 
 def _run(tmp_path, cells: list[dict]) -> RunStore:
@@ -75,7 +75,7 @@ def test_a_bad_schedule_is_one_line_and_exit_2(tmp_path):
 def test_without_the_plugin_the_servers_lists_predict_acceptance(tmp_path):
     """A server without the avbench plugin (attach mode on someone else's): no steps, but its
     per-request spec-decode metrics still give the accepted prefixes."""
-    from avbench.records import RequestRecord
+    from avbench.store.records import RequestRecord
 
     store = _run(tmp_path, [_cell("static-k3", req_spec_steps=4)])
     # One request: steps accepting 3, 1, 0, 3 of 3 drafts (positions 1 1 1 - 1 0 0 1 1 1 -).

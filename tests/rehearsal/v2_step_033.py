@@ -44,7 +44,7 @@ from vllm.v1.worker.gpu.spec_decode import acceptance_estimator as ae  # noqa: E
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator  # noqa: E402
 from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
 
-from avbench.capture import read_captured, wait_flushed  # noqa: E402
+from avbench.serving.capture import read_captured, wait_flushed  # noqa: E402
 from avbench.vllm_feature import vllm_logit_qmax  # noqa: E402
 from avbench.vllm_plugin import v2  # noqa: E402
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from avbench.failures import CellFailure
-from avbench.records import RequestRecord
-from avbench.store import RunStore
+from avbench.store.failures import CellFailure
+from avbench.store.records import RequestRecord
+from avbench.store.run_store import RunStore
 
 # Throughput multiplier per arm; static-k1 wins at c=16.
 GAIN = {"baseline": 1.0, "static-k1": 1.3, "static-k3": 1.5, "av-k3": 1.6}

@@ -9,7 +9,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from avbench.report import write_report
-from avbench.store import RunStore
+from avbench.store.run_store import RunStore
 
 
 def _plots(html: str) -> list[str]:
@@ -134,7 +134,7 @@ def test_not_a_run_directory_is_one_line(tmp_path, bad):
 def test_open_loop_runs_report_alone_merged_and_beside_closed_loop(tmp_path, run_factory):
     """Rates-only, mixed and merged runs each draw every load they measured (open-loop points
     as their own markers, one latency box per rate)."""
-    from avbench.merge import merge_runs
+    from avbench.store.merge import merge_runs
     from avbench.testing.report_page import figures_of, trace_labels
 
     rates = run_factory(tmp_path, "rates", concurrencies=(), rates=(2.0, 8.0), repeats=1)

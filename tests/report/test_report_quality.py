@@ -5,11 +5,11 @@ import json
 
 from rich.console import Console
 
-from avbench.plan import Cell
-from avbench.records import RequestRecord
+from avbench.plan.cells import Cell
 from avbench.report.quality import NEAR_TIES, definitions_note, quality_section
 from avbench.report.runs import load_runs
-from avbench.store import RunStore
+from avbench.store.records import RequestRecord
+from avbench.store.run_store import RunStore
 
 
 class _Page:
@@ -61,7 +61,7 @@ def test_a_cell_measured_before_its_baseline_is_compared_at_report_time(tmp_path
     """What a resume leaves: static cells stored while the baseline arm had failed (their
     identity columns empty, as the runner stores them), the baseline measured afterwards."""
     from avbench.metrics.quality import quality_columns
-    from avbench.progress import summary_table
+    from avbench.run.progress import summary_table
 
     store = RunStore.create(tmp_path, "r", {"run_id": "r", "pair": {}, "sweep": {}})
     common = {"run_id": "r", "pair": "p", "temperature": 0.0, "arm_kind": "static", "k": 3}

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from avbench.capture import RefitCaptureError, read_refits
 from avbench.capture_protocol import estimators_since, refit_lines
 from avbench.estimator.online import EstimatorConfig, replay
+from avbench.serving.capture import RefitCaptureError, read_refits
 from avbench.testing.vllm_kernels import installed_vllm_dir
 from avbench.vllm_plugin import refits as refits_mod
 from avbench.vllm_plugin.refits import ESTIMATOR_MODULE, flush_refits, install_refit_capture

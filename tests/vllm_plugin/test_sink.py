@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from avbench.capture import read_captured
 from avbench.capture_protocol import capture_schema
+from avbench.serving.capture import read_captured
 from avbench.vllm_plugin.runtime import Health
 from avbench.vllm_plugin.sink import HostCopy, Labeler, Proposal, ShardWriter, Verdict
 
@@ -98,7 +98,7 @@ def test_a_corrupt_final_shard_is_one_line_error(tmp_path, bad):
 
 
 def test_the_sweeps_flush_request_writes_what_waits(tmp_path):
-    from avbench.capture import wait_flushed
+    from avbench.serving.capture import wait_flushed
 
     w = ShardWriter(tmp_path, Health(tmp_path), tick_s=0.1, max_age_s=3600)
     w.submit(proposal(1, ["cmpl-z-0-00000000"], [[3, 4]]))

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import torch
 
-from avbench.capture import read_steps, wait_steps_flushed
+from avbench.serving.capture import read_steps, wait_steps_flushed
 from avbench.vllm_plugin.runtime import Health
 from avbench.vllm_plugin.steps import (
     StepCapture,

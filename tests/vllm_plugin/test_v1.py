@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from avbench.capture import read_captured, wait_flushed
+from avbench.serving.capture import read_captured, wait_flushed
 from avbench.vllm_plugin.drafts import DraftCapture
 from avbench.vllm_plugin.features import draft_features
 from avbench.vllm_plugin.ids import is_sampled

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import torch
 
-from avbench.capture import read_captured, wait_flushed
+from avbench.serving.capture import read_captured, wait_flushed
 from avbench.vllm_plugin.drafts import DraftCapture
 from avbench.vllm_plugin.runtime import Health
 from avbench.vllm_plugin.v2 import _after_sample

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / ".github" / "workflows" / "nightly-gpu.yml"

