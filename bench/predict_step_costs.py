@@ -21,28 +21,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from avbench.serving.capture import steps_path
+from avbench.predict.curves import draft_samples
+from avbench.predict.source import read_cell_steps
+from avbench.store.run_store import RunStore
 
 
-def _steps(run: Path, arm: str, workload: str, c: int) -> pd.DataFrame:
-    files = sorted(steps_path(run, f"{arm}__{workload}__c{c}__rep0").parent.glob(
-        f"{arm}__{workload}__c{c}__rep*.steps.parquet"))  # fmt: skip
-    if not files:
+def _steps(store: RunStore, cells: pd.DataFrame, arm: str, workload: str, c: int) -> pd.DataFrame:
+    """Every repeat's captured steps of one arm, workload and concurrency."""
+    mine = cells[
+        (cells["arm"] == arm) & (cells["workload"] == workload) & (cells["concurrency"] == c)
+    ]
+    frames = [read_cell_steps(store, cid) for cid in mine["cell_id"]]
+    frames = [f for f in frames if f is not None and not f.empty]
+    if not frames:
         return pd.DataFrame()
-    df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    df = pd.concat(frames, ignore_index=True)
     return df.assign(
         verify=df["forward_ms"] + df["sample_ms"],
         rest=df["interval_ms"] - df["forward_ms"] - df["sample_ms"] - df["draft_ms"].fillna(0.0),
     )
-
-
-def _draft_upto(src: pd.DataFrame, k: int) -> float:
-    drafts = [
-        p[k - 1] + (t - p[-1])
-        for p, t in zip(src["draft_pos_ms"], src["draft_ms"], strict=True)
-        if p is not None and len(p) >= k and np.isfinite(t)
-    ]
-    return float(np.median(drafts)) if drafts else float("nan")
 
 
 def main() -> None:
@@ -51,20 +48,21 @@ def main() -> None:
     ap.add_argument("--source", default="static-k3")
     ap.add_argument("--arm", action="append", default=None)
     args = ap.parse_args()
-    cells = pd.read_json(args.run / "cells.jsonl", lines=True)
+    store = RunStore.open(args.run)
+    cells = store.cells_frame()
     arms = args.arm or sorted(
         a for a in cells["arm"].unique() if a.startswith("static-") and a != args.source
     )
     print("| workload | arm | c | part | measured | carried from the source | diff |")
     print("|---|---|---:|---|---:|---:|---:|")
     for (workload, c), _ in cells.groupby(["workload", "concurrency"]):
-        src_all = _steps(args.run, args.source, workload, int(c))
+        src_all = _steps(store, cells, args.source, workload, int(c))
         src = src_all[src_all["n_reqs"] == c] if len(src_all) else src_all
-        timed = pd.concat([src_all, _steps(args.run, "baseline", workload, int(c))])
+        timed = pd.concat([src_all, _steps(store, cells, "baseline", workload, int(c))])
         curve = timed.groupby("tokens")["verify"].median() if len(timed) else pd.Series()
         for arm in arms:
             k = int(arm.rsplit("-k", 1)[1])
-            got = _steps(args.run, arm, workload, int(c))
+            got = _steps(store, cells, arm, workload, int(c))
             if got.empty or src.empty:
                 continue
             got = got[got["n_reqs"] == c]
@@ -72,7 +70,7 @@ def main() -> None:
             at_tokens = float(np.interp(tokens, curve.index.to_numpy(float), curve.to_numpy()))
             parts = {
                 "forward + sampling": (got["verify"].median(), at_tokens),
-                "drafting": (got["draft_ms"].median(), _draft_upto(src, k)),
+                "drafting": (got["draft_ms"].median(), float(np.nanmedian(draft_samples(src, k)))),
                 "untimed rest": (got["rest"].median(), src["rest"].median()),
             }
             for part, (m, p) in parts.items():

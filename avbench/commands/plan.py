@@ -22,12 +22,14 @@ from avbench.commands.request import (
 from avbench.errors import AvbenchError
 
 if TYPE_CHECKING:
+    import pandas as pd
     from rich.console import Console
 
     from avbench.analysis.adaptive import Wanted
     from avbench.commands.resolve import Resolved
     from avbench.plan.cells import Cell
     from avbench.plan.cost import PlanWork
+    from avbench.store.artefacts import RunManifest
 
 
 class PlanRequest(Request):
@@ -157,10 +159,11 @@ def print_plan_work(console: Console, view: PlanView) -> None:
         f"{work.max_output_tokens:,} output tokens{unknown}, {work.server_starts} server starts",
         markup=False,
     )
-    if view.from_run is not None:
-        _print_wall_time(console, view, work)
+    prev = _read_prev(view.from_run) if view.from_run is not None else None
+    if prev is not None:
+        _print_wall_time(console, view.cells, work, prev)
     if view.adaptive:
-        _print_adaptive(console, view, work)
+        _print_adaptive(console, view, work, prev)
 
 
 def _plan_work(view: PlanView) -> PlanWork:
@@ -208,42 +211,54 @@ def _turns(got: Resolved) -> dict[str, int | None]:
     return turns
 
 
-def _print_wall_time(console: Console, view: PlanView, work: PlanWork) -> None:
-    from avbench.plan.cost import estimate_wall_time, format_duration
+@dataclass(frozen=True)
+class _PrevRun:
+    """The --from run, read once: what prices the plan and what the adaptive replay runs on."""
+
+    root: Path
+    cells: pd.DataFrame
+    manifest: RunManifest
+
+
+def _read_prev(root: Path) -> _PrevRun:
     from avbench.store.run_store import RunStore
 
-    assert view.from_run is not None
-    store = RunStore.open(view.from_run)
+    store = RunStore.open(root)
+    return _PrevRun(store.root, store.cells_frame(), store.read_manifest())
+
+
+def _print_wall_time(console: Console, cells: list[Cell], work: PlanWork, prev: _PrevRun) -> None:
+    from avbench.plan.cost import estimate_wall_time, format_duration
+
     try:
-        est = estimate_wall_time(view.cells, work, store.cells_frame(), store.read_manifest())
+        est = estimate_wall_time(cells, work, prev.cells, prev.manifest)
     except ValueError as exc:
-        raise AvbenchError(f"--from {view.from_run}: {exc}") from None
+        raise AvbenchError(f"--from {prev.root}: {exc}") from None
     console.print(
-        f"estimated wall time: {format_duration(est.seconds)} from run {store.root.name} "
+        f"estimated wall time: {format_duration(est.seconds)} from run {prev.root.name} "
         f"({est.cells_priced} cells priced from the same cell, {est.cells_fallback} from a "
         f"coarser match; {format_duration(est.server_start_s)} per server start)",
         markup=False,
     )
 
 
-def _price(view: PlanView, work: PlanWork, cells: list[Cell]) -> float:
+def _price(cells: list[Cell], work: PlanWork, prev: _PrevRun) -> float:
     """Seconds for ``cells`` measured as one resume (its own server starts), priced by --from."""
     from avbench.plan.cost import estimate_wall_time, plan_work
-    from avbench.store.run_store import RunStore
 
-    assert view.from_run is not None
     part = plan_work(
         cells,
-        max_tokens=view.resolved.sweep.sampling.max_tokens,
+        max_tokens=0,  # only the server starts count here, not the token bound
         turns={},
         commands={a.arm: a.command for a in work.arms},
         unsupported={a.arm: a.unsupported for a in work.arms if a.unsupported},
     )
-    store = RunStore.open(view.from_run)
-    return estimate_wall_time(cells, part, store.cells_frame(), store.read_manifest()).seconds
+    return estimate_wall_time(cells, part, prev.cells, prev.manifest).seconds
 
 
-def _print_adaptive(console: Console, view: PlanView, work: PlanWork) -> None:
+def _print_adaptive(
+    console: Console, view: PlanView, work: PlanWork, prev: _PrevRun | None
+) -> None:
     """The adaptive sweep's first round and ceiling; with --from, its rounds replayed there."""
     from avbench.analysis.adaptive import OPTION_KINDS
     from avbench.plan.cells import Arm, build_plan
@@ -263,17 +278,17 @@ def _print_adaptive(console: Console, view: PlanView, work: PlanWork) -> None:
         f"{len(first)} and {len(runnable)} cells in all (docs/adaptive.md)",
         markup=False,
     )
-    if view.from_run is None:
+    if prev is None:
         return
-    rounds = _replayed_rounds(view, {c.arm for c in first})
-    later = [cells_for(list(w), pair, sweep) for w in rounds]
-    cells = len(first) + sum(len(r) for r in later)
-    seconds = sum(_price(view, work, r) for r in [first, *later])
-    fixed = _price(view, work, view.cells)
     from avbench.plan.cost import format_duration
 
+    rounds = _replayed_rounds(view, prev, {c.arm for c in first})
+    later = [cells_for(list(w), pair, sweep) for w in rounds]
+    cells = len(first) + sum(len(r) for r in later)
+    seconds = sum(_price(r, work, prev) for r in [first, *later])
+    fixed = _price(view.cells, work, prev)
     console.print(
-        f"--adaptive replayed on run {view.from_run.name} (its measured throughput taken as "
+        f"--adaptive replayed on run {prev.root.name} (its measured throughput taken as "
         f"each prediction): {cells} cells in {1 + len(rounds)} round(s), about "
         f"{format_duration(seconds)}, against the fixed protocol's {len(view.cells)} cells, about "
         f"{format_duration(fixed)} ({seconds / fixed:.2f}x)",
@@ -281,19 +296,17 @@ def _print_adaptive(console: Console, view: PlanView, work: PlanWork) -> None:
     )
 
 
-def _replayed_rounds(view: PlanView, first: set[str]) -> list[tuple[Wanted, ...]]:
+def _replayed_rounds(view: PlanView, prev: _PrevRun, first: set[str]) -> list[tuple[Wanted, ...]]:
     from avbench.analysis.adaptive import Uncertainty, replay
     from avbench.analysis.points import POOLED, build_points
-    from avbench.store.run_store import RunStore
 
-    assert view.from_run is not None
-    frame = RunStore.open(view.from_run).cells_frame()
+    frame = prev.cells
     points = build_points(frame[frame["arm"].isin({c.arm for c in view.cells})])
     pooled = points[points["workload"] == POOLED]
     missing = first - set(pooled["arm"])
     if missing:
         raise AvbenchError(
-            f"--from {view.from_run}: no measured {', '.join(sorted(missing))}: the adaptive "
+            f"--from {prev.root}: no measured {', '.join(sorted(missing))}: the adaptive "
             "replay needs the arms of its first round"
         )
     return replay(pooled, first, Uncertainty(), view.resolved.sweep.repeats)

@@ -58,7 +58,7 @@ def _dense(curve: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return list(zip(grid.tolist(), np.interp(grid, xs, ys).tolist(), strict=True))
 
 
-def _draft_samples(steps: pd.DataFrame, k: int) -> np.ndarray:
+def draft_samples(steps: pd.DataFrame, k: int) -> np.ndarray:
     """Per step: the draft cost of its first k positions (NaN where it cannot be read)."""
     total = steps["draft_ms"].to_numpy(float)
     pos = steps["draft_pos_ms"] if "draft_pos_ms" in steps else pd.Series([None] * len(steps))
@@ -90,7 +90,7 @@ def fit_cost_tables(steps: pd.DataFrame, max_k: int, builder: Callable) -> CostT
     drafts: dict[int, np.ndarray] = {}
     n_points = 0
     for k in range(max_k + 1):
-        y = _draft_samples(drafting, k) if len(drafting) else np.zeros(0)
+        y = draft_samples(drafting, k) if len(drafting) else np.zeros(0)
         if len(drafting) and np.isnan(y).all() and k > 0:
             # No per-position timings (Model Runner V2): linear in the positions drafted.
             y = drafting["draft_ms"].to_numpy(float) * k / max(1, int(drafting["k"].max()))
