@@ -22,6 +22,10 @@ ENV_DIR = "AVBENCH_CAPTURE_DIR"  # an existing directory: captures on
 ENV_WHAT = "AVBENCH_CAPTURE"  # comma-separated CAPTURE_KINDS (default: all)
 ENV_FRACTION = "AVBENCH_CAPTURE_DRAFT_FRACTION"  # share of requests whose drafts are captured
 ENV_CPU_FIX = "AVBENCH_CPU_EXPAND_FIX"  # "1": the CPU build's expand kernel fix
+ENV_CPU_SEED_FIX = "AVBENCH_CPU_SEED_FIX"  # "1": the CPU build's seeded prefill rewind fix
+# The server log line each applied fix writes, read back into the cell rows' server_patched
+# (avbench.serving.server_log): "<mark> <what> (<how>)".
+PATCH_LOG_MARK = "avbench: server patched:"
 PLUGIN_NAME = "avbench"  # the vllm.general_plugins entry point
 CAPTURE_KINDS = ("drafts", "refits", "steps")
 

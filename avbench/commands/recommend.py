@@ -30,7 +30,11 @@ def recommend(req: RecommendRequest) -> None:
     from avbench.report.answer import answers
     from avbench.report.runs import load_runs
 
-    found = answers(load_runs(req.runs))
+    rs = load_runs(req.runs)
+    void = rs.void_note()
+    if void is not None:
+        typer.echo(f"warning: {void}", err=True)
+    found = answers(rs)
     if req.as_json:
         typer.echo(
             json.dumps(

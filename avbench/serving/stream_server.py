@@ -19,7 +19,11 @@ Faults (per request): ``http_5xx``, ``http_4xx``, ``cut`` (connection closed mid
 ``slow_first`` (first token after ``slow_first_delay_s``), ``reset`` (TCP reset mid-stream),
 ``bad_chunk`` (one HTTP chunk whose data is not followed by CRLF), ``interim`` (``100 Continue``
 and ``103 Early Hints`` before the response), ``pings`` (half the stream, then only SSE comments,
-``: ping``, every ``ping_interval_s``: a server alive on the wire whose generation stopped).
+``: ping``, every ``ping_interval_s``: a server alive on the wire whose generation stopped),
+``engine_dead`` (half the stream, then vLLM's in-stream error event and ``[DONE]``, what its API
+server sends when the engine behind it dies; from then on, as vLLM's, every request gets that
+event at once and ``/health`` answers 503), ``no_finish`` (the whole stream and ``[DONE]``
+with no finish_reason).
 Chosen by the ``x-fake-fault`` header, a ``@fault:<kind>`` marker in the last user message /
 prompt, the request's arrival index (``faults_by_index``) or a seeded probability
 (``fault_probs``). ``tokenize=False`` drops vLLM's /tokenize, as other OpenAI-style servers do.
@@ -62,6 +66,13 @@ FAULT_KINDS = (
     "bad_chunk",
     "interim",
     "pings",
+    "engine_dead",
+    "no_finish",
+)
+# What vLLM 0.32's API server streams when its engine core dies mid-generation.
+ENGINE_DEAD_EVENT = (
+    b'data: {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for '
+    b'the root cause.", "type": "InternalServerError", "param": null, "code": 500}}\n\n'
 )
 _FAULT_MARK = re.compile(r"@fault:([a-z_0-9]+)")
 # Token texts: plain ASCII words so the JSON needs no escaping work per chunk.
@@ -115,6 +126,7 @@ class _State:
         self.emissions: list[Emission] = []
         self.rng = random.Random(cfg.fault_seed)
         self.stop = asyncio.Event()
+        self.engine_dead = False  # an engine_dead fault happened: the HTTP front serves on
 
 
 def _choose_fault(st: _State, idx: int, headers: dict[str, str], body: dict) -> str | None:
@@ -152,7 +164,7 @@ def _schedule(cfg: ServerConfig, n_out: int, fault: str | None) -> list[tuple[fl
     return sched
 
 
-_MID_STREAM_FAULTS = ("cut", "stall", "malformed", "reset", "bad_chunk", "pings")
+_MID_STREAM_FAULTS = ("cut", "stall", "malformed", "reset", "bad_chunk", "pings", "engine_dead")
 
 
 def _frame(payload: bytes) -> bytes:
@@ -381,6 +393,10 @@ async def _mid_stream_fault(st: _State, writer: _SConn, fault: str | None) -> bo
         # No terminating chunk: the client sees the stream end early (or reset).
         writer.abort(reset=fault == "reset")
         return True
+    if fault == "engine_dead":
+        st.engine_dead = True
+        writer.write(_frame(ENGINE_DEAD_EVENT) + _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        return True
     if fault == "bad_chunk":
         writer.write(b"5\r\nhelloXX")  # the CRLF after the data is missing
     if fault in ("stall", "pings"):
@@ -438,7 +454,7 @@ async def _stream(
     body = json.loads(raw)
     idx = st.count
     st.count += 1
-    fault = _choose_fault(st, idx, headers, body)
+    fault = "engine_dead" if st.engine_dead else _choose_fault(st, idx, headers, body)
     if _refused(writer, fault):
         return
     max_tokens = int(body.get("max_tokens") or 16)
@@ -454,6 +470,8 @@ async def _stream(
     r = _Renderer(api, f"{idx:016x}", cfg.model, int(time.time()), want_ids)
     _open_stream(writer, r, fault, prompt_tokens)
     cut_at = len(sched) // 2 if fault in _MID_STREAM_FAULTS else -1
+    if st.engine_dead:
+        cut_at = 0
     t_next = time.perf_counter()
     tok = 0
     for i, (delay, n) in enumerate(sched):
@@ -468,7 +486,7 @@ async def _stream(
             text = "".join(_VOCAB[(idx + tok + k) % 97] for k in range(n))
         ids = list(range(tok, tok + n))
         tok += n
-        finish = "length" if i == len(sched) - 1 else None
+        finish = "length" if i == len(sched) - 1 and fault != "no_finish" else None
         data = _frame(r.chunk(text, ids, finish))
         if cfg.record:
             # Stamped just before the write: once written, the client may wake and preempt us.
@@ -553,12 +571,19 @@ def _make_handler(st: _State):
                         "idle_closed": st.idle_closed,
                     }
                     _plain(writer, 200, "OK", json.dumps(stats).encode())
+                elif path == "/_revive":  # the engine back, as after a restart; no more faults
+                    st.engine_dead = False
+                    st.cfg.faults_by_index.clear()
+                    st.cfg.fault_probs.clear()
+                    _plain(writer, 200, "OK", b"{}")
                 elif path == "/_reset":
                     st.emissions.clear()
                     st.count = st.max_in_flight = st.connections = st.idle_closed = 0
                     _plain(writer, 200, "OK", b"{}")
                 elif path in ("/tokenize", "/detokenize") and st.cfg.tokenize:
                     _plain(writer, 200, "OK", _tokenizer_endpoint(path, raw))
+                elif path == "/health" and st.engine_dead:
+                    _plain(writer, 503, "Service Unavailable", b"")
                 elif path in ("/health", "/v1/models"):
                     models = {"object": "list", "data": [{"id": st.cfg.model, "object": "model"}]}
                     _plain(writer, 200, "OK", json.dumps(models).encode())
@@ -595,6 +620,10 @@ class RunningServer:
 
     def reset(self) -> None:
         self._get("/_reset")
+
+    def revive(self) -> None:
+        """A dead engine serves again and no further fault is injected."""
+        self._get("/_revive")
 
 
 def _forget(conns: set[_SConn], conn: _SConn, task: asyncio.Task) -> None:

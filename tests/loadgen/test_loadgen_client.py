@@ -69,6 +69,8 @@ FAULTS = {
     "cut": "stream_cut",
     "stall": "timeout",
     "malformed": "malformed",
+    "engine_dead": "server_error",
+    "no_finish": "incomplete",
 }
 
 
@@ -89,7 +91,8 @@ def test_each_fault_is_counted_with_its_kind_and_nothing_hangs():
     assert slow.ok and slow.ttft >= 0.15
     assert by_id["cut"].chunk_times, "partial chunks of a cut stream are kept"
     assert res.errors == {k: 1 for k in FAULTS.values()}
-    assert res.ok == 5 and res.failed == 5
+    assert "EngineCore encountered an issue" in by_id["engine_dead"].error
+    assert res.ok == 5 and res.failed == len(FAULTS)
 
 
 def test_slow_first_token_beyond_read_timeout_and_overall_timeout():

@@ -155,3 +155,23 @@ def test_open_loop_runs_report_alone_merged_and_beside_closed_loop(tmp_path, run
         assert {f"| gsm8k | av-k3 | {load} |" for load in loads} <= set(
             re.findall(r"\| gsm8k \| av-k3 \| [^|]+ \|", files.markdown.read_text())
         )
+
+
+def test_a_cell_stored_with_no_output_token_is_flagged_and_never_wins(tmp_path, run_factory):
+    # As a dead engine behind a live API server left cells before avbench checked its health:
+    # stored as measured, 32 "successful" requests, no token, a throughput from the window.
+    store = run_factory(tmp_path, arms=("baseline", "static-k3"), concurrencies=(1, 4), repeats=1)
+    void = {"cell_id": "static-k1__gsm8k__c4__rep0", "arm": "static-k1", "arm_kind": "static",
+            "k": 1, "pair": "tiny", "workload": "gsm8k", "concurrency": 4, "repeat": 0,
+            "output_tok_s_per_gpu": 1e6, "interactivity_tok_s_user": 1e5, "output_tokens": 0,
+            "requests_ok": 32, "requests_failed": 0}  # fmt: skip
+    store.write_cell(void, [], {})
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "> 1 cell(s) stored as measured hold no output token" in md
+    assert "r1/static-k1__gsm8k__c4__rep0" in md and "| static-k1 |" not in md
+    res = subprocess.run([sys.executable, "-m", "avbench.cli", "recommend", str(store.root),
+                          "--json"], capture_output=True, text=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "warning: 1 cell(s) stored as measured hold no output token" in res.stderr
+    (answer,) = json.loads(res.stdout)
+    assert [d["best_static"]["label"] for d in answer["decisions"]] == ["static-k3"] * 2

