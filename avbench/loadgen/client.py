@@ -303,19 +303,19 @@ def _fast_decode(reads: list[tuple[float, bytes]]) -> tuple[list[_Chunk], list[f
     return objs, times, done
 
 
-def server_error_text(err: _Error) -> str:
+def _server_error_text(err: _Error) -> str:
     """One line for an error the server sent: its type and code, then its message."""
     what = " ".join(str(x) for x in (err.type, err.code) if x is not None) or "error"
     return f"server error ({what}): {err.message or 'no message'}"[:300]
 
 
-def error_body_text(body: bytes) -> str | None:
+def _error_body_text(body: bytes) -> str | None:
     """The error a non-stream body carries ({"error": {...}}), or None when it is none."""
     try:
         obj = _decode_one(body.strip())
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return server_error_text(obj.error) if obj.error is not None else None
+    return _server_error_text(obj.error) if obj.error is not None else None
 
 
 def parse_stream(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> None:
@@ -324,7 +324,7 @@ def parse_stream(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> None:
     finish reason fails as ``incomplete`` when it reached ``[DONE]``, else as ``stream_cut``."""
     done = _parse_events(rec, reads)
     if rec.error is None and not rec.chunk_times and reads:
-        body_error = error_body_text(b"".join(d for _, d in reads))
+        body_error = _error_body_text(b"".join(d for _, d in reads))
         if body_error is not None:
             rec.error_kind, rec.error = "server_error", body_error
     if rec.error is not None or rec.finish_reason is not None:
@@ -369,7 +369,7 @@ def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
     exact = True
     for obj, t in zip(objs, times, strict=False):
         if obj.error is not None and rec.error_kind != "server_error":
-            rec.error_kind, rec.error = "server_error", server_error_text(obj.error)
+            rec.error_kind, rec.error = "server_error", _server_error_text(obj.error)
         if rec.response_id is None and obj.id is not None:
             rec.response_id = obj.id
         if obj.usage is not None:

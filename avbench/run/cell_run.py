@@ -94,13 +94,14 @@ class Target:
 
     def engine_dead(self) -> str | None:
         """Why the engine behind the server's HTTP front is dead, or None: its log shows the
-        engine core died, or ``/health`` answers other than 200. vLLM's API server outlives its
-        engine, so neither a live process nor open connections say this. A server that does
-        not answer at all is left to ``gone``."""
+        engine core died, or ``/health`` answers 5xx (vLLM's 503 once its engine is dead; a
+        server without the route, 404, says nothing). vLLM's API server outlives its engine,
+        so neither a live process nor open connections say this. A server that does not
+        answer at all is left to ``gone``."""
         cause = self.death_cause()
         try:
             health = httpx.get(f"{self.base_url}/health", headers=self.headers, timeout=5)
-            status = None if health.status_code == 200 else f"HTTP {health.status_code}"
+            status = f"HTTP {health.status_code}" if health.status_code >= 500 else None
         except httpx.HTTPError as exc:
             status = f"no answer ({type(exc).__name__})"
             if cause is None:

