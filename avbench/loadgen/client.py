@@ -338,30 +338,38 @@ def parse_stream(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> None:
         rec.error = f"stream ended before [DONE] after {n} chunks"
 
 
+def _decode_events(
+    rec: RequestRecord, reads: list[tuple[float, bytes]]
+) -> tuple[list[_Chunk], list[float], bool]:
+    """The body's chunks with their arrival times, and whether it reached ``[DONE]``: one
+    decode when well formed, else event by event (a broken one sets the record's error)."""
+    fast = _fast_decode(reads)
+    if fast is not None:
+        return fast
+    events, ev_times = split_events(reads)
+    objs: list[_Chunk] = []
+    times: list[float] = []
+    for i, (ev, t) in enumerate(zip(events, ev_times, strict=True)):
+        if not ev.startswith(b"data:"):
+            continue  # SSE comment / keep-alive
+        p = ev[5:].lstrip()
+        if p == b"[DONE]":
+            continue
+        try:
+            objs.append(_decode_one(p))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            if rec.error is None:
+                rec.error_kind = "malformed"
+                rec.error = f"malformed chunk #{i}: {p[:120]!r}"
+            continue
+        times.append(t)
+    return objs, times, bool(events) and events[-1] == _DONE
+
+
 def _parse_events(rec: RequestRecord, reads: list[tuple[float, bytes]]) -> bool:
     """Fill the record from the response body (an error event sets its error). Returns
     whether the stream reached ``[DONE]``."""
-    fast = _fast_decode(reads)
-    if fast is not None:
-        objs, times, done = fast
-    else:
-        events, ev_times = split_events(reads)
-        done = bool(events) and events[-1] == _DONE
-        objs, times = [], []
-        for i, (ev, t) in enumerate(zip(events, ev_times, strict=True)):
-            if not ev.startswith(b"data:"):
-                continue  # SSE comment / keep-alive
-            p = ev[5:].lstrip()
-            if p == b"[DONE]":
-                continue
-            try:
-                objs.append(_decode_one(p))
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                if rec.error is None:
-                    rec.error_kind = "malformed"
-                    rec.error = f"malformed chunk #{i}: {p[:120]!r}"
-                continue
-            times.append(t)
+    objs, times, done = _decode_events(rec, reads)
     texts: list[str] = []
     counts: list[int] = []
     ctimes: list[float] = []

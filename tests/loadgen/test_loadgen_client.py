@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import httpx
 import numpy as np
 import pytest
 
@@ -69,7 +70,6 @@ FAULTS = {
     "cut": "stream_cut",
     "stall": "timeout",
     "malformed": "malformed",
-    "engine_dead": "server_error",
     "no_finish": "incomplete",
 }
 
@@ -91,8 +91,22 @@ def test_each_fault_is_counted_with_its_kind_and_nothing_hangs():
     assert slow.ok and slow.ttft >= 0.15
     assert by_id["cut"].chunk_times, "partial chunks of a cut stream are kept"
     assert res.errors == {k: 1 for k in FAULTS.values()}
-    assert "EngineCore encountered an issue" in by_id["engine_dead"].error
     assert res.ok == 5 and res.failed == len(FAULTS)
+
+
+def test_a_dead_engine_fails_the_stream_it_breaks_and_every_later_one():
+    # As vLLM's API server does: the 3rd request's stream ends in an error event and [DONE],
+    # every later request gets that event at once, and /health answers 503.
+    cfg = ServerConfig(tokens_per_chunk=2, output_tokens=8, faults_by_index={2: "engine_dead"})
+    with serve_in_thread(cfg) as srv:
+        res = run_drive(_ep(srv), SP, _convs(5), Load(concurrency=1))
+        health = httpx.get(srv.base_url + "/health").status_code
+    kinds = [r.error_kind for r in res.records]
+    assert kinds == [None, None, "server_error", "server_error", "server_error"]
+    broken = res.records[2]
+    assert broken.chunk_tokens == [2, 2] and "EngineCore encountered an issue" in broken.error
+    assert res.records[3].chunk_tokens == [] and health == 503
+    assert res.errors == {"server_error": 3}
 
 
 def test_slow_first_token_beyond_read_timeout_and_overall_timeout():
