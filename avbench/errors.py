@@ -34,6 +34,10 @@ class UnsupportedArm(ServerError):
     """The installed vLLM cannot run this arm (e.g. AV on the CPU build)."""
 
 
+class AssetError(AvbenchError):
+    """A model asset is missing, unreadable, or a derived one is not what its recipe says."""
+
+
 class StoreError(AvbenchError):
     """A results directory cannot be created, opened or written (a file, read-only, corrupt)."""
 

@@ -147,6 +147,9 @@ class Comparison:
 
 # ----------------------------------------------------------------------------- settings
 _ASSETS = re.compile(r"[^\s\"']*/avbench/assets/")
+# A derived model dir in avbench's cache (avbench/assets/derived.py): written by its recipe and
+# key, so a cache elsewhere is the same model and another recipe or source is not.
+_DERIVED = re.compile(r"[^\s\"']*/derived/([^/\s\"']+-[0-9a-f]{12})/")
 # A folder of a repository's snapshot in a Hugging Face cache (a sub-folder drafter): written
 # as repo@revision, so a cache elsewhere is the same setting and another revision is not.
 _SNAPSHOT = re.compile(r"[^\s\"']*/models--([^/\s\"']+?)--([^/\s\"']+)/snapshots/([0-9a-f]+)/")
@@ -159,8 +162,9 @@ def server_signature(command: list[str] | None) -> list[str] | None:
 
     Drops the interpreter and module, --host/--port (and the per-request spec-decode metrics
     flag, which only adds to the response) with their values, writes the package's embedded
-    assets as ``@assets/`` (checkouts live in different directories) and a Hugging Face
-    snapshot folder as ``hf:org/name@revision/`` (caches live in different directories)."""
+    assets as ``@assets/`` (checkouts live in different directories), a derived asset as
+    ``@derived/<name>-<key>/`` and a Hugging Face snapshot folder as ``hf:org/name@revision/``
+    (caches live in different directories)."""
     if not command:
         return None
     args = command[3:] if len(command) > 2 and command[1] == "-m" else list(command)
@@ -175,7 +179,8 @@ def server_signature(command: list[str] | None) -> list[str] | None:
             continue
         if a.split("=", 1)[0] in _DROP_WITH_VALUE:
             continue
-        out.append(_SNAPSHOT.sub(r"hf:\1/\2@\3/", _ASSETS.sub("@assets/", a)))
+        a = _DERIVED.sub(r"@derived/\1/", _ASSETS.sub("@assets/", a))
+        out.append(_SNAPSHOT.sub(r"hf:\1/\2@\3/", a))
     return out
 
 

@@ -20,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from avbench.errors import SuiteError
+from avbench.assets import derived
+from avbench.errors import AvbenchError, SuiteError
 from avbench.inputs import checkpoints
 from avbench.loadgen.config import MAX_SECONDS, SamplingParams, Timeouts
 from avbench.plan.schedule import validate_schedule
@@ -46,7 +47,7 @@ class Pair(BaseModel):
 
     name: str
     description: str = ""
-    target: str  # HF id or local dir; "@assets/..." = shipped with avbench
+    target: str  # HF id or local dir; "@assets/..." = shipped, "@derived/..." = derived from one
     drafter: str | None = None  # None: the method drafts from inside the target (MTP, DSpark)
     method: str  # vLLM speculative method: draft_model, eagle, mtp, dflash, dspark, ...
     max_k: int = Field(gt=0, le=MAX_K)
@@ -84,8 +85,12 @@ class Pair(BaseModel):
 
     def resolve(self, ref: str | None) -> str | None:
         """What vLLM is given for a target or drafter: "@assets/x" becomes the installed
-        package's asset directory, a repository sub-folder id its folder in the local
-        Hugging Face snapshot (``avbench.inputs.checkpoints``); anything else is left as is."""
+        package's asset directory, "@derived/x" the cached model dir derived from one (derived
+        on first use, checked against its recorded hash: ``avbench.assets.derived``), a
+        repository sub-folder id its folder in the local Hugging Face snapshot
+        (``avbench.inputs.checkpoints``); anything else is left as is."""
+        if ref is not None and ref.startswith(derived.PREFIX):
+            return str(derived.ensure(ref[len(derived.PREFIX) :]))
         if ref is None or not ref.startswith(ASSET_PREFIX):
             return checkpoints.resolve(ref)
         return str(ASSETS_DIR / ref[len(ASSET_PREFIX) :])
@@ -93,6 +98,12 @@ class Pair(BaseModel):
     @field_validator("target", "drafter")
     @classmethod
     def _asset_inside_the_package(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith(derived.PREFIX):
+            try:  # a known recipe; the model is derived only when resolved
+                derived.recipe(v[len(derived.PREFIX) :])
+            except AvbenchError as exc:
+                raise ValueError(str(exc)) from None
+            return v
         if v is None or not v.startswith(ASSET_PREFIX):
             return v
         path = (ASSETS_DIR / v[len(ASSET_PREFIX) :]).resolve()

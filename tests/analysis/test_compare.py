@@ -228,6 +228,21 @@ def test_a_snapshot_folder_counts_by_repository_and_revision_not_cache_location(
     assert cfg["model"] == f"hf:XiaomiMiMo/MiMo-V2.5-Pro-FP4-DFlash@{a}/dflash"
 
 
+def test_a_derived_model_counts_by_recipe_key_not_cache_location():
+    """A derived target (avbench/assets/derived.py) is served from avbench's cache: another
+    cache directory is the same setting, another recipe key (recipe or source) is not."""
+
+    def cmd(cache: str, key: str) -> list[str]:
+        return ["py", "-m", "mod", "--model", f"{cache}/derived/tiny-wide-{key}/target"]
+
+    a, b = "9362b6fc61fd", "0123456789ab"
+    assert server_signature(cmd("/home/u/.cache/avbench", a)) == server_signature(
+        cmd("/scratch/avbench-cache", a)
+    )
+    assert server_signature(cmd("/x", a)) != server_signature(cmd("/x", b))
+    assert server_signature(cmd("/x", a)) == ["--model", f"@derived/tiny-wide-{a}/target"]
+
+
 def test_cells_in_one_run_only_are_listed():
     res = compare(rows([100, 100]) + rows([10, 10], conc=1), rows([100, 100], conc=4))
     assert [c["concurrency"] for c in res.only_base] == [1]

@@ -296,6 +296,10 @@ PAIR_LINES = [
     ('target = "@assets/../.."', "points outside avbench's assets directory"),
     ('target = "@assets/tiny/nope"', "'@assets/tiny/nope': no such asset (shipped: tiny/drafter"),
     ('drafter = "@assets/../../x"', "pairs.tiny-cpu.drafter:"),
+    (
+        'target = "@derived/nope"',
+        "pairs.tiny-cpu.target: '@derived/nope': no such derived asset (recipes in derived.toml: tiny-wide)",
+    ),
     ("max_k = 0", "pairs.tiny-cpu.max_k: Input should be greater than 0"),
     (f"max_k = {BIG}", "pairs.tiny-cpu.max_k: Input should be less than or equal to 128"),
     ("max_k = 1.5", "pairs.tiny-cpu.max_k: Input should be a valid integer"),

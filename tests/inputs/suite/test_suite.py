@@ -46,6 +46,26 @@ def test_tiny_pair_resolves_to_shipped_assets():
     assert pair.resolve("org/model") == "org/model"
 
 
+def test_a_derived_target_is_derived_on_first_resolution_only(tmp_path: Path, monkeypatch, capsys):
+    """tiny-cpu-wide's target is "@derived/tiny-wide": loading the suite (`avbench pairs`)
+    leaves the cache alone; the first resolution derives it with one line on stderr, the next
+    finds it (avbench/assets/derived.py)."""
+    pytest.importorskip("torch")
+    from avbench.assets import derived
+
+    monkeypatch.setenv("AVBENCH_CACHE", str(tmp_path))
+    pair = load_suite().pair("tiny-cpu-wide")
+    assert (pair.target, pair.max_k, pair.k_values) == ("@derived/tiny-wide", 3, [1, 3])
+    assert list(tmp_path.iterdir()) == []
+    target = pair.resolve(pair.target)
+    want = tmp_path / "derived" / f"tiny-wide-{derived.recipe('tiny-wide').key()}" / "target"
+    assert target == str(want) and (want / "model.safetensors").is_file()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("avbench: deriving @derived/tiny-wide (width 16384")
+    assert pair.resolve(pair.target) == target and capsys.readouterr().err == ""
+    assert pair.resolve(pair.drafter) == pair.resolve(load_suite().pair("tiny-cpu").target)
+
+
 def test_unknown_pair_lists_the_defined_ones():
     with pytest.raises(SuiteError, match=r"unknown pair 'nope' .*tiny-cpu"):
         load_suite().pair("nope")
