@@ -37,16 +37,24 @@ vllm-src: setup
 
 DEMO_RUN ?= demo-$(shell date -u +%Y%m%d-%H%M%S)
 
-# Two runs on one page (results/$(DEMO_RUN)/report.html): the study's sampling (sweep demo) and
-# the temperature-0 identity check (demo-temp0). K = 3 alone: every arm is a server start, about
-# a minute on 2 cores, and four of them fit the demo's 6 minutes (5.5 measured). A failed cell
-# in either run (exit status 1) is kept as the status, after the report and the recommendation.
+# Three runs on one page (results/$(DEMO_RUN)/report.html), on the wide embedded pair whose
+# memory-bound target makes speculation pay at low concurrency and lose as the batch grows: the
+# study's sampling (sweep demo-wide: baseline, static K 1 and 3, AV reported unsupported, c = 1,
+# 4, 16), the best static K per concurrency measured as one dyn arm (--schedule-from), and the
+# temperature-0 identity check (demo-temp0). Six server starts of about 45 s each on 2 cores.
+# A failed cell in any run (exit status 1) is kept as the status, after the report and the
+# recommendation.
+DEMO_PAIR ?= tiny-cpu-wide
 demo: setup
 	@status=0; \
-	  $(BIN)/avbench sweep --pair tiny-cpu --sweep demo --k 3 --run-id $(DEMO_RUN) --no-report || status=$$?; \
-	  $(BIN)/avbench sweep --pair tiny-cpu --sweep demo-temp0 --run-id $(DEMO_RUN)-temp0 --no-report || status=$$?; \
-	  $(BIN)/avbench report results/$(DEMO_RUN) results/$(DEMO_RUN)-temp0 --out results/$(DEMO_RUN) && \
-	  $(BIN)/avbench recommend results/$(DEMO_RUN) results/$(DEMO_RUN)-temp0 && exit $$status
+	  $(BIN)/avbench sweep --pair $(DEMO_PAIR) --sweep demo-wide --run-id $(DEMO_RUN) --no-report || status=$$?; \
+	  $(BIN)/avbench sweep --pair $(DEMO_PAIR) --sweep demo-wide --schedule-from results/$(DEMO_RUN) \
+	    --run-id $(DEMO_RUN)-dyn --no-report || status=$$?; \
+	  $(BIN)/avbench sweep --pair $(DEMO_PAIR) --sweep demo-temp0 --run-id $(DEMO_RUN)-temp0 --no-report || status=$$?; \
+	  $(BIN)/avbench report results/$(DEMO_RUN) results/$(DEMO_RUN)-dyn results/$(DEMO_RUN)-temp0 \
+	    --out results/$(DEMO_RUN) && \
+	  $(BIN)/avbench recommend results/$(DEMO_RUN) results/$(DEMO_RUN)-dyn results/$(DEMO_RUN)-temp0 && \
+	  exit $$status
 
 test: setup vllm-src
 	$(BIN)/pytest -q --durations=25 tests

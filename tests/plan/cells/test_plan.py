@@ -10,24 +10,34 @@ def suite():
     return load_suite()
 
 
-def test_demo_arms_are_baseline_static_and_av_at_largest_k(suite):
-    arms = arms_for(suite.pair("tiny-cpu"), suite.sweep("demo"))
+@pytest.mark.parametrize("pair,sweep", [("tiny-cpu", "demo"), ("tiny-cpu-wide", "demo-wide")])
+def test_demo_arms_are_baseline_static_and_av_at_largest_k(suite, pair, sweep):
+    arms = arms_for(suite.pair(pair), suite.sweep(sweep))
     assert [a.name for a in arms] == ["baseline", "static-k1", "static-k3", "av-k3"]
 
 
-def test_demo_samples_as_the_study_and_checks_identity_at_temperature_0(suite):
+def test_the_wide_demo_is_the_wide_pairs_default_and_spans_its_crossover(suite):
+    pair = suite.pair("tiny-cpu-wide")
+    assert pair.default_sweep == "demo-wide"
+    assert suite.sweep("demo-wide").concurrencies == [1, 4, 16]  # pays at 1, not at 16
+
+
+@pytest.mark.parametrize("pair,sweep", [("tiny-cpu", "demo"), ("tiny-cpu-wide", "demo-wide")])
+def test_demo_samples_as_the_study_and_checks_identity_at_temperature_0(suite, pair, sweep):
     """make demo: the study's sampling (every speculative arm drafting probabilistically, the
     CPU sampler fix on) beside a temperature-0 run whose speculative arm meets its baseline."""
-    from avbench.serving.server import ENV_CPU_FIX, build_env
+    from avbench.serving.server import ENV_CPU_FIX, ENV_CPU_SEED_FIX, build_env
 
-    pair = suite.pair("tiny-cpu")
-    study, greedy = suite.sweep("demo"), suite.sweep("demo-temp0")
+    pair = suite.pair(pair)
+    study, greedy = suite.sweep(sweep), suite.sweep("demo-temp0")
     assert (study.sampling.temperature, study.sampling.top_p) == (1.0, 0.95)
     assert study.draft_method == greedy.draft_method == "probabilistic"
     for arm in arms_for(pair, study):
-        assert (build_env(pair, arm, None, study).get(ENV_CPU_FIX) == "1") == (
-            arm.kind != "baseline"
-        )
+        env = build_env(pair, arm, None, study)
+        assert (env.get(ENV_CPU_FIX) == "1") == (arm.kind != "baseline")
+        assert env[ENV_CPU_SEED_FIX] == "1"  # seeded at T = 1: every arm
+        assert ENV_CPU_SEED_FIX not in build_env(pair, arm, None, study, cpu_seed_fix=False)
+        assert ENV_CPU_SEED_FIX not in build_env(pair, arm, None, greedy)  # no generator at T 0
     assert greedy.sampling.temperature == 0.0
     assert [a.name for a in arms_for(pair, greedy)] == ["baseline", "static-k3"]
     assert set(greedy.workloads) <= set(study.workloads)
