@@ -1,13 +1,17 @@
-"""The answer's cost: the fixed protocol against `avbench sweep --adaptive` on the tiny CPU pair.
+"""The answer's cost: the fixed protocol against `avbench sweep --adaptive` on a CPU pair.
 
     python bench/answer_cost.py [--fixed results/predict-val-t1] [--adaptive results/answer-adaptive]
+    python bench/answer_cost.py --pair tiny-cpu-wide --sweep predict-wide-t1 \
+        --fixed results/predict-wide-t1 --adaptive results/answer-adaptive-wide
 
-Fixed: every arm the CPU build runs (baseline, static K 1, 2, 3, the K schedule) x c = 1, 2, 4
-x two workloads x 2 interleaved repeats (sweep predict-cpu-t1; its run from
+Fixed: every arm the CPU build runs (baseline, static K 1, 2, 3, the K schedule) x the sweep's
+concurrencies (tiny-cpu's predict-cpu-t1: c = 1, 2, 4; tiny-cpu-wide's predict-wide-t1: c = 1,
+2, 4, 8, 16) x two workloads x 2 interleaved repeats (the run from
 bench/predict_validation.py is reused when finished). Adaptive: the same sweep with
 --adaptive. Prints each protocol's server-seconds (wall time with one server up at a time:
 starts and measured cells), its cells, and per concurrency each verdict (the option with the
-highest pooled output tok/s/GPU: no speculation, a static K, or AV) and whether they agree.
+highest pooled output tok/s/GPU: no speculation, a static K, or AV), whether they agree, and the
+rounds it took to decide each (more than round 0: a close verdict measured, not predicted).
 An interrupted sweep resumes where it stopped when the script is run again.
 """
 
@@ -24,18 +28,16 @@ import pandas as pd
 from avbench.analysis.adaptive import Uncertainty, standings
 from avbench.analysis.points import POOLED, build_points
 
-SWEEP = ["--pair", "tiny-cpu", "--sweep", "predict-cpu-t1", "--k", "1,2,3", "--no-report"]
-
 
 def _status(run: Path, file: str) -> str | None:
     path = run / file
     return json.loads(path.read_text())["status"] if path.exists() else None
 
 
-def _measure(run: Path, extra: list[str], state_file: str, done: tuple[str, ...]) -> None:
+def _measure(run: Path, sweep: list[str], state_file: str, done: tuple[str, ...]) -> None:
     avbench = [sys.executable, "-m", "avbench.cli", "sweep"]
     if not (run / "manifest.json").exists():
-        cmd = avbench + SWEEP + extra + ["--results", str(run.parent), "--run-id", run.name]
+        cmd = avbench + sweep + ["--results", str(run.parent), "--run-id", run.name]
     elif _status(run, state_file) not in done:
         cmd = avbench + ["--resume", str(run), "--no-report"]
     else:
@@ -59,13 +61,26 @@ def _fixed(run: Path) -> tuple[float, int, dict[int, str]]:
     return _seconds(m["started_at"], m["ended_at"]), len(rows), verdicts
 
 
-def _adaptive(run: Path) -> tuple[float, int, dict[int, tuple[str, str, bool]]]:
+def _rounds_to_decide(rounds: list[dict], concurrency: int) -> int | None:
+    """The rounds measured when the concurrency's verdict first stood decided (1: round 0
+    decided it; None: never). A record's standings are those after the rounds before it."""
+    for r in rounds:
+        for s in r.get("standings", []):
+            if s["concurrency"] == concurrency and s["state"] == "decided":
+                return int(r["round"])
+    return None
+
+
+def _adaptive(run: Path) -> tuple[float, int, dict[int, tuple[str, str, bool, int | None]]]:
     state = json.loads((run / "adaptive.json").read_text())
-    cells = sum(len(r.get("cells", [])) for r in state["rounds"])
-    last = state["rounds"][-1]["standings"]
+    rounds = state["rounds"]
+    cells = sum(len(r.get("cells", [])) for r in rounds)
     verdicts = {
-        s["concurrency"]: (s["verdict"], s["state"], s["rests_on_prediction"]) for s in last
-    }
+        s["concurrency"]: (
+            s["verdict"], s["state"], s["rests_on_prediction"], _rounds_to_decide(rounds, s["concurrency"])
+        )
+        for s in rounds[-1]["standings"]
+    }  # fmt: skip
     return state["server_seconds"], cells, verdicts
 
 
@@ -73,9 +88,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixed", type=Path, default=Path("results/predict-val-t1"))
     ap.add_argument("--adaptive", type=Path, default=Path("results/answer-adaptive"))
+    ap.add_argument("--pair", default="tiny-cpu")
+    ap.add_argument("--sweep", default="predict-cpu-t1")
     args = ap.parse_args()
-    _measure(args.fixed, [], "manifest.json", ("finished",))
-    _measure(args.adaptive, ["--adaptive"], "adaptive.json", ("decided", "inside noise", "budget"))
+    sweep = ["--pair", args.pair, "--sweep", args.sweep, "--k", "1,2,3", "--no-report"]
+    _measure(args.fixed, sweep, "manifest.json", ("finished",))
+    _measure(
+        args.adaptive,
+        [*sweep, "--adaptive"],
+        "adaptive.json",
+        ("decided", "inside noise", "budget"),
+    )
     f_s, f_cells, f_verdicts = _fixed(args.fixed)
     a_s, a_cells, a_verdicts = _adaptive(args.adaptive)
     print("| protocol | server-seconds | cells |\n|---|---:|---:|")
@@ -85,18 +108,21 @@ def main() -> None:
         f"\nadaptive / fixed: {a_s / f_s:.2f}x the server-seconds, {a_cells / f_cells:.2f}x the cells\n"
     )
     print(
-        "| c | fixed verdict | adaptive verdict | adaptive standing | rests on a prediction | agree |"
+        "| c | fixed verdict | adaptive verdict | adaptive standing | rounds measured to decide "
+        "| rests on a prediction | agree |"
     )
-    print("|---:|---|---|---|---|---|")
-    agree = 0
+    print("|---:|---|---|---|---:|---|---|")
+    agree = later = 0
     for c in sorted(f_verdicts):
-        verdict, state, predicted = a_verdicts.get(c, ("-", "-", False))
+        verdict, state, predicted, decided = a_verdicts.get(c, ("-", "-", False, None))
         same = verdict == f_verdicts[c]
         agree += same
+        later += decided is not None and decided > 1
         print(
-            f"| {c} | {f_verdicts[c]} | {verdict} | {state} | {'yes' if predicted else 'no'} | {'yes' if same else 'NO'} |"
+            f"| {c} | {f_verdicts[c]} | {verdict} | {state} | {decided or '-'} "
+            f"| {'yes' if predicted else 'no'} | {'yes' if same else 'NO'} |"
         )
-    print(f"\n{agree} of {len(f_verdicts)} verdicts agree")
+    print(f"\n{agree} of {len(f_verdicts)} verdicts agree; {later} decided after round 0")
 
 
 if __name__ == "__main__":

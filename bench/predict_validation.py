@@ -1,9 +1,11 @@
-"""Validate `avbench predict` on the tiny CPU pair: predictions from two arms vs every arm measured.
+"""Validate `avbench predict` on a CPU pair: predictions from two arms vs every arm measured.
 
     python bench/predict_validation.py [--run results/predict-val] [--sweep predict-cpu-t1]
+    python bench/predict_validation.py --pair tiny-cpu-wide --sweep predict-wide-t1 \
+        --run results/predict-wide-t1
 
 Measures (or resumes) a predict sweep: baseline, static K 1, 2, 3 and one K schedule,
-concurrencies 1, 2, 4, two workloads, two interleaved repeats, step timings and drafts
+concurrencies 1, 2, 4 (the wide pair's: 1, 2, 4, 8, 16, across its crossover), two workloads, two interleaved repeats, step timings and drafts
 captured; `predict-cpu-t1` (the default) at the study's sampling (temperature 1, top-p 0.95,
 probabilistic drafting, with the CPU sampler fix), `predict-cpu` greedy. Then
 predicts static-k1, static-k2 and the sweep's schedule from the baseline and static-k3 alone
@@ -25,11 +27,11 @@ from avbench.predict.run import PredictRequest, predict_run
 from avbench.report.tables import prediction_table
 
 
-def _measure(run: Path, sweep: str) -> None:
+def _measure(run: Path, pair: str, sweep: str) -> None:
     avbench = [sys.executable, "-m", "avbench.cli", "sweep"]
     manifest = run / "manifest.json"
     if not manifest.exists():
-        cmd = avbench + ["--pair", "tiny-cpu", "--sweep", sweep, "--k", "1,2,3",
+        cmd = avbench + ["--pair", pair, "--sweep", sweep, "--k", "1,2,3",
                          "--results", str(run.parent), "--run-id", run.name, "--no-report"]  # fmt: skip
     elif json.loads(manifest.read_text()).get("status") != "finished":
         cmd = avbench + ["--resume", str(run), "--no-report"]
@@ -44,11 +46,14 @@ def _measure(run: Path, sweep: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=Path("results/predict-val"))
-    ap.add_argument("--sweep", default="predict-cpu-t1", help="predict-cpu-t1 or predict-cpu")
+    ap.add_argument("--pair", default="tiny-cpu", help="tiny-cpu or tiny-cpu-wide")
+    ap.add_argument(
+        "--sweep", default="predict-cpu-t1", help="predict-cpu-t1, predict-cpu or predict-wide-t1"
+    )
     ap.add_argument("--no-measure", action="store_true", help="predict from the run as it is")
     args = ap.parse_args()
     if not args.no_measure:
-        _measure(args.run, args.sweep)
+        _measure(args.run, args.pair, args.sweep)
     schedule = json.loads((args.run / "manifest.json").read_text())["sweep"]["schedule"]
     res = predict_run(
         PredictRequest(args.run, ("static-k1", "static-k2", "dyn"), "static-k3", schedule)

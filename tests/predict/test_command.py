@@ -93,3 +93,32 @@ def test_without_the_plugin_the_servers_lists_predict_acceptance(tmp_path):
     # K' = 1 walks 1 1 1 - 1 0 0 1 1 1 -: steps at 0, 2, 4, 6, 7, 9: 5 accepted in 6 steps.
     assert row["arm"] == "static-k1" and row["acceptance_length"] == pytest.approx(1 + 5 / 6)
     assert row["output_tok_s_per_gpu"] is None and row["tpot_ms_median"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--arms", "static-k9"], "--arms static-k9: K 9 is above the source static-k3's K 3"),
+        (["--arms", "av-k5"], "--arms av-k5: AV is predicted at the source static-k3's K 3 only"),
+        (
+            ["--arms", "dyn", "--schedule", "[[1, 16, 9]]"],
+            "--schedule: K 9 is above the source static-k3's K 3; only K <= 3",
+        ),
+    ],
+)
+def test_an_arm_the_source_never_drafted_is_refused_in_one_line(tmp_path, args, says):
+    from avbench.store.records import RequestRecord
+
+    store = _run(tmp_path, [_cell("static-k3", req_spec_steps=2)])
+    rec = RequestRecord("c0", 0, ttft=0.1, e2e=0.5, completion_tokens=6, response_id="cmpl-x",
+                        spec_per_step_accepted=[3, 1], spec_per_step_drafted=[3, 3],
+                        spec_acceptance_histogram=[0, 1, 0, 1])  # fmt: skip
+    store.write_records("static-k3__gsm8k-tiny__c1__rep0", [rec])
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "predict", str(store.root), *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], res.stderr
+    assert not (store.root / "predicted.jsonl").exists()
