@@ -5,10 +5,11 @@ the max-K arm's captures (avbench predict), and then measures only what a verdic
 Here, per concurrency of one view (all workloads pooled, as the recommendation decides):
 
 - every option (the baseline, each static K, AV) gets an interval, its throughput times
-  1 ± a relative half-width: a prediction's is ``Uncertainty.predicted`` (the predictor's
-  validated error: its bootstrap interval covers only the replay's sampling, not the model's
-  error); a measured option's is the larger of its repeat spread and ``Uncertainty.single``
-  (the noise of one cell, which a single repeat cannot show);
+  1 ± a relative half-width: a prediction's is its own 95% half-width (the replay's sampling
+  and the cost model's unidentified part) and ``Uncertainty.single`` (the noise of the one
+  measured cell it replays) in quadrature, or ``Uncertainty.predicted`` where a prediction
+  carries no interval; a measured option's is the larger of its repeat spread and
+  ``Uncertainty.single`` (the noise of one cell, which a single repeat cannot show);
 - the winner is the option with the highest throughput (ties to the smaller K, as recommend
   decides);
 - the verdict is decided when no other option's interval reaches the winner's;
@@ -40,7 +41,9 @@ class Uncertainty:
 
     def of(self, option: Option) -> float:
         if option.predicted:
-            return self.predicted
+            if option.interval is None:
+                return self.predicted
+            return math.hypot(option.interval, self.single)
         spread = option.spread if option.repeats >= 2 and option.spread is not None else 0.0
         return max(spread, self.single)
 
@@ -54,6 +57,7 @@ class Option:
     predicted: bool
     repeats: int  # measured repeats (0 when predicted)
     spread: float | None  # (max - min) / mean over the repeats
+    interval: float | None = None  # a prediction's 95% half-width, relative
 
     @property
     def verdict(self) -> str:
@@ -96,6 +100,7 @@ def _options(at: pd.DataFrame) -> list[Option]:
     for _, r in rows.iterrows():
         predicted = bool(r.get("predicted", False))
         spread = r.get("y_spread")
+        ci = r.get("y_ci95")
         out.append(
             Option(
                 arm=str(r["arm"]),
@@ -105,9 +110,16 @@ def _options(at: pd.DataFrame) -> list[Option]:
                 predicted=predicted,
                 repeats=0 if predicted else int(r.get("repeats") or 1),
                 spread=None if spread is None or math.isnan(spread) else float(spread),
+                interval=_relative(ci, float(r["y"])) if predicted else None,
             )
         )
     return out
+
+
+def _relative(half: float | None, value: float) -> float | None:
+    if half is None or not math.isfinite(half) or value <= 0:
+        return None
+    return float(half) / value
 
 
 def _wanted(contenders: list[Option], concurrency: int, max_repeats: int) -> tuple[State, tuple]:

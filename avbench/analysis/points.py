@@ -29,6 +29,8 @@ MEAN_COLUMNS = {
     "verified_acceptance_rate": "verified_acceptance_rate",
     "verified_tokens_per_draft": "verified_tokens_per_draft",
     "trimmed_share": "trimmed_share",
+    # Predicted cells: the 95% half-width of the predicted throughput (avbench predict).
+    "output_tok_s_per_gpu_ci95": "y_ci95",
 }
 # A counter column and its per-verified-draft twin from captures.
 PER_VERIFIED = {

@@ -30,6 +30,7 @@ import pandas as pd
 from avbench.estimator.online import EstimatorConfig, OnlineEstimator
 from avbench.plan.schedule import Schedule, k_at
 from avbench.predict.curves import CostTables
+from avbench.predict.step_costs import StepCosts
 from avbench.predict.vllm_av import BudgetInputs, budget_rule
 
 _BOOTSTRAP = 200
@@ -97,6 +98,15 @@ class Replayed:
 
 
 @dataclass(frozen=True)
+class Pricing:
+    """What a timed replay is priced with: the per-part step costs (the predicted time) and
+    vLLM's cost tables (AV's budget rule reads its own)."""
+
+    costs: StepCosts
+    tables: CostTables
+
+
+@dataclass(frozen=True)
 class Prediction:
     """Predicted cell metrics (None: not predictable from what was captured)."""
 
@@ -104,7 +114,10 @@ class Prediction:
     tpot_ms_median: float | None
     acceptance_length: float | None
     verified_drafts_per_step: float | None
-    ci95: dict[str, float | None]  # half-width of the bootstrap 95% interval per metric
+    # Half-width of the 95% interval per metric: the replay's sampling (bootstrap) and, for
+    # throughput and TPOT, the cost model's part that one K cannot identify (``model_rel``).
+    ci95: dict[str, float | None]
+    model_rel: float | None = None  # that part, relative to the predicted time
 
     @property
     def interactivity_tok_s_user(self) -> float | None:
@@ -183,7 +196,7 @@ def _continue_rate(labels: list[np.ndarray]) -> float:
 
 
 def replay_fixed(
-    cell: CellReplay, tables: CostTables | None, policy: Policy, walks: int = 8
+    cell: CellReplay, costs: StepCosts | None, policy: Policy, walks: int = 8
 ) -> Replayed:
     """A static K' or a schedule, request by request along its output positions.
 
@@ -219,49 +232,49 @@ def replay_fixed(
     requests = pd.DataFrame(per_request, columns=["request_id", "draft_steps", "accepted"])
     if not cell.timed:
         return Replayed(steps, events, requests)
-    if tables is None:
-        raise ValueError("a cell with step timings is replayed with cost tables")
-    delta = np.array(
-        [
-            tables.draft_ms(int(b), int(m)) - tables.draft_ms(cell.k, int(m))
-            for b, m in zip(kd, n, strict=True)
-        ]
-    )
-    return _finish(cell, tables, events, delta, requests)
+    if costs is None:
+        raise ValueError("a cell with step timings is replayed with step costs")
+    return _finish(cell, costs, events, kd, requests)
+
+
+def _drafted(cell: CellReplay) -> np.ndarray:
+    """Positions each measured step drafted: K where the drafter ran, else 0."""
+    ran = cell.steps["draft_ms"].notna() if "draft_ms" in cell.steps else False
+    return np.where(ran, cell.k, 0)
 
 
 def _finish(
-    cell: CellReplay, tables: CostTables, events: pd.DataFrame, draft_delta, requests
+    cell: CellReplay, costs: StepCosts, events: pd.DataFrame, k_to: np.ndarray, requests
 ) -> Replayed:
-    """Tokens and work per step from the events' predicted verdicts; the verify cost moves
-    with the drafts left in the forward. ``requests``: per request, predicted steps that
-    drafted and drafts accepted (the acceptance length's terms)."""
+    """Tokens and work per step from the events' predicted verdicts, each step repriced part by
+    part (``k_to``: the positions it drafts as predicted). ``requests``: per request, predicted
+    steps that drafted and drafts accepted (the acceptance length's terms)."""
     steps = cell.steps
     by = events.groupby("step")
     acc = by["accepted"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     acc_pred = by["accepted_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     verified = by["verified_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     n = steps["n_reqs"].to_numpy(int)
-    tokens = steps["tokens"].to_numpy(int)
-    tokens_pred = tokens - steps["drafts"].to_numpy(int) + verified
-    verify_delta = np.array(
-        [
-            tables.verify_ms(round(a)) - tables.verify_ms(b)
-            for a, b in zip(tokens_pred, tokens, strict=True)
-        ]
+    k_from = _drafted(cell)
+    delta = costs.delta(
+        n, steps["drafts"].to_numpy(float), verified, k_from, np.where(k_from > 0, k_to, 0)
     )
     work = steps["work_ms"].to_numpy(float)
     out = steps.assign(
         tok=n + acc,  # every request in the batch yields a token, plus its accepted drafts
         tok_pred=n + acc_pred,
-        work_pred_ms=np.maximum(work + draft_delta + verify_delta, 0.05 * work),
+        work_pred_ms=np.maximum(work + delta.total, 0.05 * work),
+        prefill_ms=costs.prefill_ms(steps),
+        unidentified_ms=delta.unidentified,
         verified_pred=verified,
     )
     return Replayed(out, events, requests)
 
 
 # ----------------------------------------------------------------------------- AV
-def replay_av(cell: CellReplay, tables: CostTables, state: AvState, code) -> Replayed:
+def replay_av(
+    cell: CellReplay, tables: CostTables, costs: StepCosts, state: AvState, code
+) -> Replayed:
     """AV at K over the cell's steps, in order, carrying ``state`` (one server's estimator).
 
     Per step: confidences p = sigmoid(ω f + β) of the drafts from the estimator as it stood
@@ -315,7 +328,7 @@ def replay_av(cell: CellReplay, tables: CostTables, state: AvState, code) -> Rep
     requests = pd.DataFrame(
         {"draft_steps": by.size(), "accepted": by["accepted_pred"].sum()}
     ).reset_index()
-    return _finish(cell, tables, events, np.zeros(len(cell.steps)), requests)
+    return _finish(cell, costs, events, np.full(len(cell.steps), k), requests)
 
 
 def _observe(est: OnlineEstimator, f: np.ndarray, accepted: np.ndarray, admitted) -> None:
@@ -331,23 +344,39 @@ def _observe(est: OnlineEstimator, f: np.ndarray, accepted: np.ndarray, admitted
 
 
 # ----------------------------------------------------------------------------- aggregate
+def _predicted_ms(steps: pd.DataFrame) -> pd.Series:
+    """Each step's predicted time to produce its measured tokens: its decode work repeated as
+    often as fewer tokens per step need (tok / tok_pred), its prefill once, its idle time."""
+    stretch = steps["tok"] / steps["tok_pred"]
+    decode = steps["work_pred_ms"] - steps["prefill_ms"]
+    return decode * stretch + steps["prefill_ms"] + steps["idle_ms"]
+
+
 def _time_ratio(steps: pd.DataFrame) -> float:
     """Predicted / measured time to produce the cell's tokens."""
+    return float(_predicted_ms(steps).sum() / (steps["work_ms"] + steps["idle_ms"]).sum())
+
+
+def _model_rel(steps: pd.DataFrame) -> float:
+    """The predicted time's half-width from what one K cannot identify, relative to it (the
+    steps' parts err together: their half-widths add)."""
+    pred = _predicted_ms(steps).sum()
     stretch = steps["tok"] / steps["tok_pred"]
-    pred = (steps["work_pred_ms"] * stretch + steps["idle_ms"]).sum()
-    return float(pred / (steps["work_ms"] + steps["idle_ms"]).sum())
+    return float((steps["unidentified_ms"] * stretch).sum() / pred) if pred > 0 else 0.0
 
 
 def _request_ratios(r: Replayed) -> pd.Series:
-    """Per request: predicted / measured TPOT over its verify steps."""
+    """Per request: predicted / measured TPOT over its verify steps (its own tokens per step
+    stretch the decode work of those steps; other requests' prefills in them do not repeat)."""
     work = r.steps.set_index("step")
     ev = r.events.assign(
-        w=r.events["step"].map(work["work_ms"]), wp=r.events["step"].map(work["work_pred_ms"])
+        w=r.events["step"].map(work["work_ms"]),
+        wp=r.events["step"].map(work["work_pred_ms"]),
+        pf=r.events["step"].map(work["prefill_ms"]),
     )
     g = ev.groupby("request_id")
-    tokens = g["accepted"].sum() + g.size()
-    tokens_pred = g["accepted_pred"].sum() + g.size()
-    return (g["wp"].sum() / g["w"].sum()) * (tokens / tokens_pred)
+    stretch = (g["accepted"].sum() + g.size()) / (g["accepted_pred"].sum() + g.size())
+    return ((g["wp"].sum() - g["pf"].sum()) * stretch + g["pf"].sum()) / g["w"].sum()
 
 
 def summarize(cell: CellReplay, r: Replayed, seed: int = 0) -> Prediction:
@@ -373,12 +402,18 @@ def summarize(cell: CellReplay, r: Replayed, seed: int = 0) -> Prediction:
         if len(acc):
             pick = acc[rng.integers(0, len(acc), len(acc))]
             boots["acceptance_length"].append(1.0 + pick[:, 0].sum() / max(pick[:, 1].sum(), 1))
+    tpot_median = float(np.median(tpot)) if len(tpot) else None
+    model = _model_rel(r.steps) if cell.timed else None
+    ci95 = {m: _half_width(v) for m, v in boots.items()}
+    for metric, value in (("output_tok_s_per_gpu", tput), ("tpot_ms_median", tpot_median)):
+        ci95[metric] = _with_model(ci95[metric], value, model)
     return Prediction(
         output_tok_s_per_gpu=tput,
-        tpot_ms_median=float(np.median(tpot)) if len(tpot) else None,
+        tpot_ms_median=tpot_median,
         acceptance_length=1.0 + acc[:, 0].sum() / acc[:, 1].sum() if acc[:, 1].sum() else None,
         verified_drafts_per_step=float(r.steps["verified_pred"].mean()) if cell.timed else None,
-        ci95={m: _half_width(v) for m, v in boots.items()},
+        ci95=ci95,
+        model_rel=model,
     )
 
 
@@ -389,18 +424,25 @@ def _half_width(samples: list[float]) -> float | None:
     return float((hi - lo) / 2)
 
 
+def _with_model(boot: float | None, value: float | None, model: float | None) -> float | None:
+    """The bootstrap half-width and the cost model's, independent: added in quadrature."""
+    if value is None or model is None:
+        return boot
+    return float(np.hypot(boot or 0.0, model * value))
+
+
 def predict_cell(
     cell: CellReplay,
-    tables: CostTables | None,
+    pricing: Pricing | None,
     policy: Policy,
     av: AvState | None = None,
     code=None,
 ) -> tuple[Prediction, Replayed]:
-    """One predicted cell: replay, then summarize. ``tables``: None where no cell was timed."""
+    """One predicted cell: replay, then summarize. ``pricing``: None where no cell was timed."""
     if policy.kind == "av":
-        if av is None or code is None or not cell.timed or tables is None:
+        if av is None or code is None or not cell.timed or pricing is None:
             raise ValueError("an AV replay needs step timings, the server's AV state and code")
-        replayed = replay_av(cell, tables, av, code)
+        replayed = replay_av(cell, pricing.tables, pricing.costs, av, code)
     else:
-        replayed = replay_fixed(cell, tables, policy)
+        replayed = replay_fixed(cell, pricing.costs if pricing else None, policy)
     return summarize(cell, replayed), replayed

@@ -28,9 +28,17 @@ import pandas as pd
 from avbench.errors import AvbenchError
 from avbench.plan.cells import Arm, Cell
 from avbench.plan.schedule import Schedule, max_k
-from avbench.predict.curves import CostTables, fit_cost_tables
-from avbench.predict.model import AvState, Policy, Prediction, predict_cell
-from avbench.predict.source import MissingCapture, SourceCell, arm_rows, curve_steps, source_cell
+from avbench.predict.curves import fit_cost_tables
+from avbench.predict.model import AvState, Policy, Prediction, Pricing, predict_cell, step_times
+from avbench.predict.source import (
+    MissingCapture,
+    SourceCell,
+    arm_rows,
+    curve_steps,
+    read_cell_steps,
+    source_cell,
+)
+from avbench.predict.step_costs import fit_step_costs
 from avbench.predict.validate import compare
 from avbench.predict.vllm_av import DecisionCode, decision_code
 from avbench.store.artefacts import RunManifest
@@ -89,12 +97,25 @@ def _source_arm(store: RunStore, wanted: str | None) -> str:
     )
 
 
-def _tables(store: RunStore, sources: list[SourceCell], code: DecisionCode) -> CostTables | None:
-    """Cost tables from the source's and the baseline's steps; None when none were timed."""
+def _pricing(store: RunStore, sources: list[SourceCell], code: DecisionCode) -> Pricing | None:
+    """Step costs and vLLM's cost tables from the source's and the baseline's steps; None when
+    none were timed."""
     if not any(s.replay.timed for s in sources):
         return None
-    rows = [s.row for s in sources] + arm_rows(store, "baseline")
-    return fit_cost_tables(curve_steps(store, rows), sources[0].replay.k, code.build_cost_tables)
+    k = sources[0].replay.k
+    baseline = arm_rows(store, "baseline")
+    tables = fit_cost_tables(
+        curve_steps(store, [s.row for s in sources] + baseline), k, code.build_cost_tables
+    )
+    timed = [s.replay.steps for s in sources if s.replay.timed]
+    base = [step_times(f.sort_values("step", ignore_index=True)) for f in _baseline_steps(store, baseline)]  # fmt: skip
+    costs = fit_step_costs(pd.concat(timed), pd.concat(base) if base else pd.DataFrame(), k)
+    return Pricing(costs, tables)
+
+
+def _baseline_steps(store: RunStore, rows: list[dict]) -> list[pd.DataFrame]:
+    frames = [read_cell_steps(store, r["cell_id"]) for r in rows]
+    return [f for f in frames if f is not None and len(f)]
 
 
 def _row(source: SourceCell, arm: Arm, pred: Prediction, spec: dict | None, code: str) -> dict:
@@ -118,6 +139,7 @@ def _row(source: SourceCell, arm: Arm, pred: Prediction, spec: dict | None, code
         "interactivity_tok_s_user": pred.interactivity_tok_s_user,
         "acceptance_length": pred.acceptance_length,
         "verified_drafts_per_step": pred.verified_drafts_per_step,
+        "cost_model_rel": pred.model_rel,
     }
     row |= {f"{m}_ci95": v for m, v in pred.ci95.items()}
     return row
@@ -142,7 +164,7 @@ def _predict_arm(ctx: _Context, arm: Arm, policy: Policy) -> list[dict]:
         state = None
         if policy.kind == "av":
             state = states.setdefault(s.writer, AvState.cold(s.replay.k))
-        pred, _ = predict_cell(s.replay, ctx.tables, policy, state, ctx.code)
+        pred, _ = predict_cell(s.replay, ctx.pricing, policy, state, ctx.code)
         rows.append(_row(s, arm, pred, ctx.spec(arm, policy.schedule), ctx.code.source))
     return rows
 
@@ -152,7 +174,7 @@ class _Context:
     store: RunStore
     manifest: RunManifest
     sources: list[SourceCell]
-    tables: CostTables | None  # None: no step timings (acceptance alone)
+    pricing: Pricing | None  # None: no step timings (acceptance alone)
     code: DecisionCode
 
     def spec(self, arm: Arm, schedule: Schedule | None) -> dict | None:
@@ -212,7 +234,7 @@ def predict_run(req: PredictRequest) -> PredictResult:
     sources = [source_cell(store, r, av=av) for r in rows]
     # vLLM's code only matters for cost tables and AV: without step timings, skip its import.
     code = decision_code(req.prefer_vllm and any(s.replay.timed for s in sources))
-    ctx = _Context(store, store.read_manifest(), sources, _tables(store, sources, code), code)
+    ctx = _Context(store, store.read_manifest(), sources, _pricing(store, sources, code), code)
     k = sources[0].replay.k
     result = PredictResult(source, decision_code=code.source)
     for target in _targets(req, k):

@@ -3,18 +3,24 @@
 Per (pair, workload, arm, load) measured in both: the mean over repeats of the predicted and of
 the measured value, the error (predicted − measured) / measured, and the measured repeat spread
 (max − min) / mean. A throughput or median TPOT is within tolerance when |error| is at most
-max(10%, spread); an acceptance length when |predicted − measured| is at most 0.1 tokens.
+max(5%, spread); an acceptance length when |predicted − measured| is at most max(0.05 tokens,
+spread), the spread saying what the same cell measured twice differs by.
+
+The prediction's interval covers the measured value when |predicted − measured| is within the
+two uncertainties added in quadrature: the prediction's 95% half-width (the replay's sampling
+and the cost model's unidentified part) and the measured mean's (half its repeat spread).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
-REL_TOLERANCE = 0.10
-ACCEPT_TOLERANCE = 0.1  # tokens per step
+REL_TOLERANCE = 0.05
+ACCEPT_TOLERANCE = 0.05  # tokens per step
 METRICS = ("output_tok_s_per_gpu", "tpot_ms_median", "acceptance_length")
 _KEYS = ["pair", "workload", "arm", "concurrency", "rate"]
 
@@ -32,13 +38,20 @@ class Compared:
     spread: float | None  # measured repeat spread (relative; absolute for acceptance_length)
     tolerance: float
     repeats: int
+    interval: float | None = None  # the prediction's 95% half-width, in the error's units
 
     @property
     def within(self) -> bool:
         return abs(self.error) <= self.tolerance
 
+    @property
+    def covered(self) -> bool | None:
+        if self.interval is None:
+            return None
+        return abs(self.error) <= math.hypot(self.interval, (self.spread or 0.0) / 2)
+
     def to_dict(self) -> dict:
-        return asdict(self) | {"within": self.within}
+        return asdict(self) | {"within": self.within, "covered": self.covered}
 
 
 def _spread(v: pd.Series, relative: bool) -> float | None:
@@ -84,7 +97,9 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[Compared]:
             absolute = metric == "acceptance_length"
             spread = _spread(m[metric].astype(float), relative=not absolute)
             error = pv - mv if absolute else (pv - mv) / mv
-            tol = ACCEPT_TOLERANCE if absolute else max(REL_TOLERANCE, spread or 0.0)
+            tol = max(ACCEPT_TOLERANCE if absolute else REL_TOLERANCE, spread or 0.0)
+            half = p[f"{metric}_ci95"].astype(float).mean() if f"{metric}_ci95" in p else np.nan
+            interval = None if not np.isfinite(half) else half if absolute else half / mv
             out.append(
                 Compared(
                     str(key[0]),
@@ -98,6 +113,7 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[Compared]:
                     spread,
                     tol,
                     int(m[metric].notna().sum()),
+                    interval,
                 )  # fmt: skip
             )
     return out

@@ -348,8 +348,9 @@ def _adaptive(page: _Page, rs: RunSet) -> None:
             f"Status {state['status']}: {cells} cells measured in {len(state['rounds']) - 1} "
             f"round(s), {state.get('server_seconds', 0):.0f} server-seconds. A verdict is "
             "decided when no other option's interval reaches the winner's: a measured option "
-            "± the larger of its repeat spread and 5%, a predicted one ± 10%. Inside noise: "
-            "the repeats are spent and the intervals still overlap."
+            "± the larger of its repeat spread and 5%, a predicted one ± its own 95% interval "
+            "and 5% in quadrature. Inside noise: the repeats are spent and the intervals still "
+            "overlap."
         )
         rows = tuple(
             (
@@ -357,7 +358,11 @@ def _adaptive(page: _Page, rs: RunSet) -> None:
                 s["verdict"],
                 s["state"],
                 "-" if s.get("margin") is None else f"{s['margin']:+.1%}",
-                ", ".join(s.get("contenders", [])) or "-",
+                ", ".join(
+                    f"{a} (predicted)" if a in s.get("predicted", ()) else a
+                    for a in s.get("contenders", [])
+                )
+                or "-",
                 "a prediction" if s.get("rests_on_prediction") else "measurements",
             )
             for s in last

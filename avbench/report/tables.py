@@ -242,6 +242,13 @@ _METRIC_LABEL = {
 }
 
 
+def _interval(c, absolute: bool) -> str:
+    if c.interval is None:
+        return MISSING
+    half = fmt(c.interval, ".3f") if absolute else fmt(c.interval * 100, ".1f", "%")
+    return f"±{half} ({'yes' if c.covered else 'NO'})"
+
+
 def prediction_table(compared: list, caption: str = "") -> Table:
     """Predicted vs measured per cell group (``avbench.predict.validate.Compared`` rows)."""
     rows = []
@@ -261,6 +268,7 @@ def prediction_table(compared: list, caption: str = "") -> Table:
                 else MISSING,
                 (fmt(c.tolerance, ".2f") if absolute else fmt(c.tolerance * 100, ".0f", "%")),
                 "yes" if c.within else "NO",
+                _interval(c, absolute),
             )
         )
     return Table(
@@ -275,6 +283,7 @@ def prediction_table(compared: list, caption: str = "") -> Table:
             "repeat spread",
             "tolerance",
             "within",
+            "interval (covers)",
         ),  # fmt: skip
         rows=tuple(rows),
         caption=caption,

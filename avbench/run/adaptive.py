@@ -192,6 +192,7 @@ def _describe(standing: Standing) -> dict:
         "state": standing.state,
         "margin": standing.margin,
         "contenders": [o.arm for o in standing.contenders],
+        "predicted": [o.arm for o in (standing.winner, *standing.contenders) if o.predicted],
         "rests_on_prediction": standing.rests_on_prediction,
     }
 

@@ -130,8 +130,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("predicted_from", Text, "id", "the measured cell the prediction replays (its arm is the source arm)."),
     Column("predictor", Text, "", "the predictor's name and version, and which AV decision code it ran (vLLM's, imported, or avbench's transcription)."),
     Column("verified_drafts_per_step", Number, "tokens/step", "draft tokens the target verified per engine step (after AV's trim), mean over the cell's captured steps (predicted rows: as predicted)."),
-    Column("output_tok_s_per_gpu_ci95", Number, "tok/s", "predicted: half-width of the 95% bootstrap interval of output_tok_s_per_gpu (resampling steps)."),
-    Column("tpot_ms_median_ci95", Number, "ms", "predicted: half-width of the 95% bootstrap interval of tpot_ms_median (resampling requests)."),
+    Column("output_tok_s_per_gpu_ci95", Number, "tok/s", "predicted: half-width of the 95% interval of output_tok_s_per_gpu: the bootstrap's (resampling steps) and the cost model's unidentified part (cost_model_rel), in quadrature."),
+    Column("tpot_ms_median_ci95", Number, "ms", "predicted: half-width of the 95% interval of tpot_ms_median: the bootstrap's (resampling requests) and the cost model's unidentified part, in quadrature."),
+    Column("cost_model_rel", Number, "fraction", "predicted: the step cost model's part that one measured K cannot identify (the rest's split, the drafter's first pass per draft), relative to the predicted time (docs/predict.md)."),
     Column("acceptance_length_ci95", Number, "tokens/step", "predicted: half-width of the 95% bootstrap interval of acceptance_length (resampling verify events)."),
 )
 # fmt: on

@@ -108,3 +108,22 @@ def test_replay_repeats_overlapping_measured_options_until_the_repeats_are_spent
         (Wanted("baseline", 2, 1), Wanted("static-k3", 2, 1)),
         (Wanted("baseline", 2, 2), Wanted("static-k3", 2, 2)),
     ]
+
+
+def test_a_predicted_runner_up_decides_only_when_its_own_interval_excludes_a_tie(cell):
+    """The runner-up predicted 10% below the winner: with a tight interval (±2%, and 5% for the
+    one cell it replays) the verdict is decided; with the cost model's unidentified part
+    widening it to ±8% the intervals touch and the prediction is measured instead."""
+
+    def view(half: float):
+        runner_up = cell("static-k1", 16, 90.0)
+        runner_up[0]["output_tok_s_per_gpu_ci95"] = half * 90.0
+        return _points(cell("baseline", 16, 100.0), runner_up, predicted={"static-k1"})
+
+    (tight,) = standings(view(0.02), UNC, max_repeats=2)
+    # 90 * (1 + hypot(0.02, 0.05)) = 94.8 < 100 * 0.95: no tie reachable.
+    assert (tight.verdict, tight.state) == ("no speculation", "decided")
+    (wide,) = standings(view(0.08), UNC, max_repeats=2)
+    # 90 * (1 + hypot(0.08, 0.05)) = 98.5 >= 95: a tie is inside the interval.
+    assert wide.state == "measure" and wide.wanted == (Wanted("static-k1", 16, 0),)
+    assert [o.interval for o in wide.contenders] == [pytest.approx(0.08)]

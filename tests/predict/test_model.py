@@ -13,23 +13,38 @@ from avbench.predict.model import (
     AvState,
     CellReplay,
     Policy,
+    Pricing,
     position_labels,
     predict_cell,
     step_times,
 )
+from avbench.predict.step_costs import PerBatch, StepCosts
 from avbench.predict.vllm_av import AV_MODULE, DecisionCode, assign_budget, build_cost_tables
 
 K = 3
 
 
-def _tables(draft_ms: float = 0.0, verify_slope: float = 0.0) -> CostTables:
-    """Flat draft cost per position; verify cost 10 ms + ``verify_slope`` per token."""
+def _tables(draft_ms: float = 0.0, verify_slope: float = 0.0) -> Pricing:
+    """Flat draft cost per position; verify cost 10 ms + ``verify_slope`` per token: vLLM's
+    tables for AV's budget and step costs that price the replay alike."""
     verify = [(t, 10.0 + verify_slope * t) for t in range(1, 65)]
     drafts = {
         k: build_cost_tables([(1, draft_ms * k), (8, draft_ms * k)], verify, 16, 128)[0]
         for k in range(K + 1)
     }
-    return CostTables(drafts, build_cost_tables([(1, 0.0)], verify, 16, 128)[1], 64, 2)
+    tables = CostTables(drafts, build_cost_tables([(1, 0.0)], verify, 16, 128)[1], 64, 2)
+    flat = PerBatch(np.full(17, draft_ms))
+    zero = PerBatch.zero(16)
+    costs = StepCosts(
+        K,
+        PerBatch(np.full(17, verify_slope)),
+        0.0,
+        zero,
+        0.0,
+        (flat,) * K,
+        PerBatch(np.full(17, 10.0)),
+    )
+    return Pricing(costs, tables)
 
 
 def _cell(accepted: list[list[int]], f: list[list[list[float]]] | None = None) -> CellReplay:

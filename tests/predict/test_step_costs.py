@@ -1,0 +1,93 @@
+"""The per-part step cost model on hand-made steps: a known forward / sampling / drafting / rest
+split is recovered from a baseline and one static K, and a step is repriced part by part."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from avbench.predict.model import step_times
+from avbench.predict.step_costs import fit_step_costs
+
+K = 3
+PER_DRAFT, PER_ROW, REST_EXCESS = 0.4, 0.1, 0.6  # target forward and sampling per draft row
+FIRST_A, FIRST_B, FIRST_C = 2.0, 0.1, 0.08  # drafter forward: a + b per request + c per token
+
+
+def _drafter(n: int, tokens: int) -> float:
+    return FIRST_A + FIRST_B * n + FIRST_C * tokens
+
+
+def _position_sample(n: int) -> float:
+    return 0.5 + 0.05 * n
+
+
+def _steps(k: int, sizes: list[int]) -> pd.DataFrame:
+    """Back-to-back decode steps at each batch size (20 each), the parts as defined above; the
+    rest is whatever the next step's interval leaves after them."""
+    rows, t = [], 0
+    for n in sizes:
+        for _ in range(20):
+            forward = 10.0 + 0.5 * n + PER_DRAFT * k * n
+            sample = 0.3 + PER_ROW * n + (0.8 + PER_ROW * k * n if k else 0.0)
+            rest = 1.0 + 0.05 * n + (REST_EXCESS if k else 0.0)
+            row = {"step": t, "n_reqs": n, "tokens": n * (k + 1), "drafts": k * n,
+                   "forward_ms": forward, "sample_ms": sample, "request_ids": ["r0"]}  # fmt: skip
+            draft = 0.0
+            if k:
+                first = _drafter(n, n * (k + 1))
+                ends = [first + _position_sample(n)]
+                for _ in range(k - 1):
+                    ends.append(ends[-1] + _drafter(n, n) + _position_sample(n))
+                draft = ends[-1] + 0.2
+                row |= {"draft_ms": draft, "draft_first_ms": first, "draft_pos_ms": ends}
+            rows.append(row | {"busy": forward + sample + draft + rest})
+            t += 1
+    df = pd.DataFrame(rows)
+    return step_times(df.assign(interval_ms=df["busy"].shift(1)).drop(columns="busy"))
+
+
+SIZES = [1, 2, 4, 8]
+
+
+def test_the_split_is_recovered_from_the_baseline_and_one_k():
+    costs = fit_step_costs(_steps(K, SIZES), _steps(0, SIZES), K)
+    assert costs.forward_per_draft.at(np.array(SIZES)) == pytest.approx([PER_DRAFT] * 4)
+    assert costs.sample_per_row == pytest.approx(PER_ROW)
+    # The last step of each size has no successor: the median holds the exact rest.
+    assert costs.rest_excess.at(np.array(SIZES)) == pytest.approx([REST_EXCESS] * 4)
+    # Position 1 is its sampling alone; a later one is a one-token forward and its sampling.
+    positions = [p.at(np.array([4]))[0] for p in costs.positions]
+    assert positions == pytest.approx(
+        [_position_sample(4)] + [_drafter(4, 4) + _position_sample(4)] * 2
+    )
+    # The first pass's slope (b + 4c) less a later forward's (b + c), over K, is c; the model
+    # takes the middle of [c/2, c].
+    assert costs.first_pass_per_draft == pytest.approx(0.75 * FIRST_C)
+    assert costs.notes == ()
+
+
+def test_a_step_is_repriced_part_by_part_with_what_one_k_cannot_identify():
+    costs = fit_step_costs(_steps(K, SIZES), _steps(0, SIZES), K)
+    n, measured, predicted = 4, K * 4, 1 * 4  # K' = 1: 8 drafts fewer, 2 positions fewer
+    part = costs.delta(np.array([n]), np.array([measured]), np.array([predicted]),
+                       np.array([K]), np.array([1]))  # fmt: skip
+    fewer = measured - predicted
+    assert part.forward == pytest.approx([-PER_DRAFT * fewer])
+    assert part.sample == pytest.approx([-PER_ROW * fewer])
+    c = 0.75 * FIRST_C
+    assert part.draft == pytest.approx([-c * fewer - 2 * (_drafter(n, n) + _position_sample(n))])
+    # The rest's excess is somewhere between per draft (-0.6 * 8/12) and per server (0).
+    assert part.rest == pytest.approx([-REST_EXCESS * fewer / measured / 2])
+    assert part.unidentified == pytest.approx([REST_EXCESS * fewer / measured / 2 + c / 3 * fewer])
+    # The drafts measured price to nothing.
+    same = costs.delta(np.array([n]), np.array([measured]), np.array([measured]),
+                       np.array([K]), np.array([K]))  # fmt: skip
+    assert same.total == pytest.approx([0.0]) and same.unidentified == pytest.approx([0.0])
+
+
+def test_without_a_baseline_sampling_and_the_rest_stay_and_it_says_so():
+    costs = fit_step_costs(_steps(K, SIZES), pd.DataFrame(), K)
+    assert costs.sample_per_row == 0.0
+    assert costs.notes == ("no baseline steps: sampling and the rest carried from the source",)
