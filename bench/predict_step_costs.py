@@ -2,15 +2,14 @@
 
     python bench/predict_step_costs.py RUN [--source static-k3] [--arm static-k1 ...]
 
-For every (workload, concurrency) of RUN and each arm, from the captured engine steps with the
-batch full (requests in the step = the concurrency), medians in ms of: the target's forward +
-sampling, the drafting, the rest of the step interval (scheduler, output processing: what no
-timer covers) and the whole interval. Beside each measured part, what the predictor carries over
-from the source arm: its drafting up to K' positions (time to the end of position K' plus the
-proposal's tail), the forward + sampling of the source's and the baseline's steps at the same
-token count (median per count, linear between counts, any batch size), and its untimed rest as
-it is. The difference of the sums, over the measured interval, is the share of
-TPOT error the step parts explain.
+Fits the predictor's step cost model (avbench/predict/step_costs.py) on RUN's source arm and
+baseline, exactly as `avbench predict` does, then for every (workload, concurrency) and each
+other static arm compares, on decode steps with the batch full (requests in the step = the
+concurrency), the median of each part measured on that arm with the source's median part
+repriced for it: the target's forward, the sampling, the drafting and the rest of the step
+(scheduler, output processing: what no timer covers). Each part's residual (predicted -
+measured) is printed beside it, and the step's total beside its unidentified half-width (the
+part of the cost model that one K cannot identify).
 """
 
 from __future__ import annotations
@@ -21,25 +20,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from avbench.predict.curves import draft_samples
+from avbench.predict.model import step_times
 from avbench.predict.source import read_cell_steps
+from avbench.predict.step_costs import fit_step_costs, step_parts
 from avbench.store.run_store import RunStore
 
+PARTS = ("forward", "sample", "draft", "rest")
 
-def _steps(store: RunStore, cells: pd.DataFrame, arm: str, workload: str, c: int) -> pd.DataFrame:
-    """Every repeat's captured steps of one arm, workload and concurrency."""
-    mine = cells[
-        (cells["arm"] == arm) & (cells["workload"] == workload) & (cells["concurrency"] == c)
-    ]
-    frames = [read_cell_steps(store, cid) for cid in mine["cell_id"]]
-    frames = [f for f in frames if f is not None and not f.empty]
-    if not frames:
-        return pd.DataFrame()
-    df = pd.concat(frames, ignore_index=True)
-    return df.assign(
-        verify=df["forward_ms"] + df["sample_ms"],
-        rest=df["interval_ms"] - df["forward_ms"] - df["sample_ms"] - df["draft_ms"].fillna(0.0),
-    )
+
+def _steps(store: RunStore, cells: pd.DataFrame, arm: str) -> pd.DataFrame:
+    """Every cell's captured steps of one arm, each cell's step times taken on its own."""
+    frames = []
+    for row in cells[cells["arm"] == arm].itertuples():
+        steps = read_cell_steps(store, row.cell_id)
+        if steps is not None and len(steps):
+            timed = step_times(steps.sort_values("step", ignore_index=True))
+            frames.append(timed.assign(workload=row.workload, concurrency=row.concurrency))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def main() -> None:
@@ -50,35 +47,40 @@ def main() -> None:
     args = ap.parse_args()
     store = RunStore.open(args.run)
     cells = store.cells_frame()
+    k = int(args.source.rsplit("-k", 1)[1])
+    source, baseline = _steps(store, cells, args.source), _steps(store, cells, "baseline")
+    costs = fit_step_costs(source, baseline, k)
+    print(f"fitted on {args.source} and the baseline; notes: {list(costs.notes) or 'none'}\n")
     arms = args.arm or sorted(
         a for a in cells["arm"].unique() if a.startswith("static-") and a != args.source
     )
-    print("| workload | arm | c | part | measured | carried from the source | diff |")
+    src = step_parts(source)
+    print("| workload | arm | c | part | measured | predicted | residual |")
     print("|---|---|---:|---|---:|---:|---:|")
-    for (workload, c), _ in cells.groupby(["workload", "concurrency"]):
-        src_all = _steps(store, cells, args.source, workload, int(c))
-        src = src_all[src_all["n_reqs"] == c] if len(src_all) else src_all
-        timed = pd.concat([src_all, _steps(store, cells, "baseline", workload, int(c))])
-        curve = timed.groupby("tokens")["verify"].median() if len(timed) else pd.Series()
-        for arm in arms:
-            k = int(arm.rsplit("-k", 1)[1])
-            got = _steps(store, cells, arm, workload, int(c))
-            if got.empty or src.empty:
+    for arm in arms:
+        kp = int(arm.rsplit("-k", 1)[1])
+        got = step_parts(_steps(store, cells, arm))
+        for (workload, c), mine in got.groupby(["workload", "concurrency"]):
+            n = int(c)
+            mine = mine[mine["n_reqs"] == n]
+            theirs = src[(src["n_reqs"] == n) & (src["drafts"] == k * n)]
+            theirs = theirs[theirs["workload"] == workload]
+            if mine.empty or theirs.empty:
                 continue
-            got = got[got["n_reqs"] == c]
-            tokens = float(got["tokens"].median())
-            at_tokens = float(np.interp(tokens, curve.index.to_numpy(float), curve.to_numpy()))
-            parts = {
-                "forward + sampling": (got["verify"].median(), at_tokens),
-                "drafting": (got["draft_ms"].median(), float(np.nanmedian(draft_samples(src, k)))),
-                "untimed rest": (got["rest"].median(), src["rest"].median()),
-            }
-            for part, (m, p) in parts.items():
-                print(f"| {workload} | {arm} | {c} | {part} | {m:.2f} | {p:.2f} | {p - m:+.2f} |")
-            interval = got["interval_ms"].median()
-            diff = sum(p - m for m, p in parts.values())
-            print(f"| {workload} | {arm} | {c} | step interval | {interval:.2f} | | "
-                  f"{diff:+.2f} ({diff / interval:+.1%}) |")  # fmt: skip
+            delta = costs.delta(
+                np.array([n]), np.array([k * n]), np.array([kp * n]), np.array([k]), np.array([kp])
+            )
+            total_m = total_p = 0.0
+            for part in PARTS:
+                m = float(mine[part].median())
+                p = float(theirs[part].median()) + float(getattr(delta, part)[0])
+                total_m, total_p = total_m + m, total_p + p
+                print(f"| {workload} | {arm} | {n} | {part} | {m:.2f} | {p:.2f} | {p - m:+.2f} |")
+            half = float(delta.unidentified[0])
+            print(
+                f"| {workload} | {arm} | {n} | **step** | {total_m:.2f} | {total_p:.2f} ± {half:.2f} "
+                f"| {total_p - total_m:+.2f} ({(total_p - total_m) / total_m:+.1%}) |"
+            )
 
 
 if __name__ == "__main__":
