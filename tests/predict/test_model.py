@@ -183,3 +183,18 @@ def test_av_budget_reads_the_previous_steps_confidences():
     # almost nothing while each slot costs 1 ms: (2 + 0.015) / 13 < 2 / 12, so B = 0.
     predict_cell(cell, _tables(verify_slope=1.0), Policy("av", K), state, code)
     assert [a.tolist() for a in state.admitted_log] == [[K, K], [0, 0]]
+
+
+def test_a_k0_range_drafts_nothing_and_prices_the_step_without_drafts():
+    """vLLM's K = 0 range: no draft is verified or proposed there (the drafter's first pass
+    still runs); the predicted step loses every draft's forward and every position."""
+    cell = _cell([[3, 3], [3, 3], [3, 3]])
+    pricing = _tables(draft_ms=0.5, verify_slope=1.0)  # 0.5 ms a position, 1 ms a draft token
+    pred, rep = predict_cell(cell, pricing, Policy("schedule", schedule=[(1, 1, 3), (2, 8, 0)]))
+    # Every step's batch is 2: K = 0 everywhere, so one token per request per step.
+    assert rep.events["verified_pred"].tolist() == [0.0] * 6
+    assert rep.requests["draft_steps"].tolist() == [0.0, 0.0]
+    assert pred.acceptance_length is None  # no step drafted: vLLM's counters stay at 0
+    # 6 drafts and 3 positions fewer per step: 6 * 1 + 3 * 0.5 ms off the 10 ms measured.
+    assert (rep.steps["work_pred_ms"] - rep.steps["work_ms"]).tolist() == pytest.approx([-7.5] * 3)
+    assert rep.steps["tok_pred"].tolist() == [2.0] * 3
