@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 .PHONY: setup demo test test-fast lint reproduce-tables bench clean nightly vllm-src
 
 # The virtualenv, then the derived assets (avbench/assets/derived.toml: tiny-cpu-wide's target,
-# 51 MB, not in the repo), so a fresh clone has them before its first sweep: derived into
+# 76 MB, not in the repo), so a fresh clone has them before its first sweep: derived into
 # $AVBENCH_CACHE once (about 2 s), their hash checked on every later setup.
 setup: $(BIN)/avbench
 	@$(BIN)/python -m avbench.assets.derived
@@ -40,7 +40,7 @@ DEMO_RUN ?= demo-$(shell date -u +%Y%m%d-%H%M%S)
 # Three runs on one page (results/$(DEMO_RUN)/report.html), on the wide embedded pair whose
 # memory-bound target makes speculation pay at low concurrency and lose as the batch grows: the
 # study's sampling (sweep demo-wide: baseline, static K 1 and 3, AV reported unsupported, c = 1,
-# 4, 16), the best static K per concurrency measured as one dyn arm (--schedule-from), and the
+# 4, 32), the best static K per concurrency measured as one dyn arm (--schedule-from), and the
 # temperature-0 identity check (demo-temp0). Six server starts of about 45 s each on 2 cores.
 # A failed cell in any run (exit status 1) is kept as the status, after the report and the
 # recommendation.

@@ -74,7 +74,7 @@ def test_the_widened_model_is_the_source_plus_new_units(wide: Path):
     assert set(new) == set(old) and all(w.dtype == torch.bfloat16 for w in new.values())
     grown = 4 * 3 * 128 * (RECIPE.width - SOURCE_UNITS)  # 4 layers x gate, up, down
     assert sum(w.numel() for w in new.values()) == sum(w.numel() for w in old.values()) + grown
-    assert sum(w.numel() for w in new.values()) == 25_625_728
+    assert sum(w.numel() for w in new.values()) == 38_208_640
     for name, w in old.items():
         if ".mlp." not in name:
             assert torch.equal(new[name], w), name
@@ -188,7 +188,7 @@ def test_an_unknown_recipe_lists_the_known_ones():
 
 def test_a_bad_recipe_file_names_the_field(tmp_path: Path, monkeypatch):
     bad = tmp_path / "derived.toml"
-    bad.write_text((derived.RECIPES_FILE.read_text()).replace("width = 16384", "width = 0"))
+    bad.write_text((derived.RECIPES_FILE.read_text()).replace("width = 24576", "width = 0"))
     monkeypatch.setattr(derived, "RECIPES_FILE", bad)
     derived.recipes.cache_clear()
     try:
@@ -212,5 +212,5 @@ def test_make_setup_derives_or_checks_every_recipe(wide: Path, monkeypatch, caps
         derived.main()
     assert exit_.value.code == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("avbench: deriving @derived/tiny-wide (width 16384")
+    assert err[0].startswith("avbench: deriving @derived/tiny-wide (width 24576")
     assert err[1].startswith("error: ") and "nope.json: missing" in err[1] and len(err) == 2

@@ -61,7 +61,7 @@ def test_a_derived_target_is_derived_on_first_resolution_only(tmp_path: Path, mo
     want = tmp_path / "derived" / f"tiny-wide-{derived.recipe('tiny-wide').key()}" / "target"
     assert target == str(want) and (want / "model.safetensors").is_file()
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("avbench: deriving @derived/tiny-wide (width 16384")
+    assert len(err) == 1 and err[0].startswith("avbench: deriving @derived/tiny-wide (width 24576")
     assert pair.resolve(pair.target) == target and capsys.readouterr().err == ""
     assert pair.resolve(pair.drafter) == pair.resolve(load_suite().pair("tiny-cpu").target)
 
