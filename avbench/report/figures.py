@@ -56,6 +56,9 @@ def _arm_trace(arm: str, a: pd.DataFrame, part: pd.DataFrame, closed: bool, colo
         textposition="top center",
         marker=_marker(part, "circle" if closed else "diamond", color),
         line=dict(color=color, dash="dot" if predicted else None),
+        # A predicted point's 95% interval (the replay's sampling and the cost model's part
+        # one K cannot identify): measured points carry none.
+        error_y=_interval(part),
         customdata=np.stack(
             [
                 [fmt(x, ".2f") for x in part["acceptance_length"]],
@@ -70,6 +73,13 @@ def _arm_trace(arm: str, a: pd.DataFrame, part: pd.DataFrame, closed: bool, colo
             "%{customdata[2]}<extra></extra>"
         ),
     )
+
+
+def _interval(part: pd.DataFrame) -> dict | None:
+    if "y_ci95" not in part or not part["predicted"].any():
+        return None
+    half = part["y_ci95"].where(part["predicted"]).fillna(0.0)
+    return dict(type="data", array=half.tolist(), visible=True, thickness=1)
 
 
 def _add_guides(fig: go.Figure, v: pd.DataFrame) -> None:
@@ -104,7 +114,7 @@ def _add_guides(fig: go.Figure, v: pd.DataFrame) -> None:
 def pareto(view: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
     """One trace per arm (closed-loop points joined, open-loop rates as their own diamonds),
     the frontier, and the best static K per load. Predicted points (avbench predict) are
-    hollow and their arm's legend says so; burst-delivered points are crossed and faded, the
+    hollow, with their 95% interval as an error bar, and their arm's legend says so; burst-delivered points are crossed and faded, the
     reason in their hover and a "⚠" by their label."""
     v = with_frontier(view.dropna(subset=["x", "y"])).sort_values("load_order")
     if "predicted" not in v:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from avbench.analysis.points import build_points
 from avbench.report import write_report
+from avbench.report.figures import arm_colors, pareto
 from avbench.report.answer import answers
 from avbench.report.runs import load_runs
 
@@ -24,6 +28,7 @@ def _predict(store, arm: str, gain: float) -> None:
                 "predictor": "avbench-predict 1", "output_tok_s_per_gpu": y,
                 "interactivity_tok_s_user": y / r["concurrency"],
                 "tpot_ms_median": 1000 * r["concurrency"] / y, "acceptance_length": 2.0,
+                "output_tok_s_per_gpu_ci95": 0.04 * y,
             }
         )  # fmt: skip
     (store.root / "predicted.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
@@ -44,6 +49,12 @@ def test_predicted_av_fills_the_unmeasured_arm_and_the_verdict_says_so(run_facto
     assert "av-k3 (predicted)" in md and "rests on predicted av-k3" in md
     assert "the table below is predicted" in md  # the AV gain table is a predicted one
     assert "circle-open" in files.html.read_text()  # hollow markers
+    # ... with their 95% interval as error bars (4% of each point, as predicted)
+    view = build_points(cells)
+    pooled = view[view["workload"] == "all workloads"]
+    fig = pareto(pooled, "t", arm_colors(list(pooled["arm"].unique())))
+    (trace,) = [t for t in fig.data if t.name == "av-k3 (predicted)"]
+    assert list(trace.error_y.array) == pytest.approx([0.04 * y for y in trace.y])
 
 
 def test_a_measured_arm_wins_over_its_prediction(run_factory, tmp_path):
