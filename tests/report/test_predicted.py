@@ -8,8 +8,8 @@ import pytest
 
 from avbench.analysis.points import build_points
 from avbench.report import write_report
-from avbench.report.figures import arm_colors, pareto
 from avbench.report.answer import answers
+from avbench.report.figures import arm_colors, pareto
 from avbench.report.runs import load_runs
 
 
