@@ -231,14 +231,9 @@ class _Run:
     @property
     def av_runs(self) -> bool:
         """AV is predicted only where this vLLM could then measure it."""
-        from avbench.errors import UnsupportedArm
-        from avbench.serving.server import check_arm_supported
+        from avbench.run.runner import unsupported_reason
 
-        try:
-            check_arm_supported(self.opts.pair, Arm("av", self.opts.pair.max_k), self.install)
-        except UnsupportedArm:
-            return False
-        return True
+        return unsupported_reason(self.opts, Arm("av", self.opts.pair.max_k), self.install) is None
 
 
 @dataclass
