@@ -384,11 +384,19 @@ def _predictions(page: _Page, rs: RunSet) -> None:
         measured = not rs.cells.empty and (rs.cells["arm"] == arm).any()
         page.text(
             f"{arm} ({run_id}): {len(g)} cells predicted from {src} by {g['predictor'].iloc[0]}"
+            + _av_basis(g)
             + (
                 "; measured too, so the plots show the measurement."
                 if measured
                 else "; drawn hollow (not measured)."
             )  # fmt: skip
+        )
+    if (rs.predicted["arm_kind"] == "av").any():
+        from avbench.predict.vllm_av import AV_DIFFERENCES
+
+        page.text(
+            "AV predictions differ from vLLM's own AV in: " + "; ".join(AV_DIFFERENCES) + ".",
+            "warn",
         )
     compared = compare(rs.cells, rs.predicted) if not rs.cells.empty else []
     if compared:
@@ -400,6 +408,18 @@ def _predictions(page: _Page, rs: RunSet) -> None:
                 "tolerance (max(10%, repeat spread); acceptance length 0.1)",
             )
         )
+
+
+def _av_basis(g: pd.DataFrame) -> str:
+    """An AV prediction's confidences and feature coverage (share of verify steps whose own
+    features were captured; the rest borrowed), pooled over its cells."""
+    from avbench.predict.source import Coverage
+
+    if "av_events" not in g or g["av_events"].isna().all():
+        return ""
+    cov = Coverage.from_rows(g.to_dict("records"))
+    conf = g["av_confidences"].dropna().iloc[0] if "av_confidences" in g else "estimator"
+    return f" (confidences: {conf}; {cov.line()})"
 
 
 def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:

@@ -104,10 +104,15 @@ def first_round(pair: Pair, sweep: Sweep) -> Sweep:
     )
     capture = sorted({*sweep.capture, "steps", "drafts"})
     # Validated, not model_copy'd: the manifest it goes into is validated when read back.
+    # The static arm drafts as the sweep's arms do (draft_method: probabilistic when the sweep
+    # has an AV arm), since it stands for AV's OFF twin: dropping "av" from the arms must not
+    # drop that, or it would draft greedily and V2's drafts capture, which needs
+    # probabilistic drafts, would switch itself off (AV then predicted from nothing).
     return Sweep.model_validate(
         sweep.model_dump()
         | {"arms": ["baseline", "static"], "k_values": [k], "static_k": "max", "schedule": None,
-           "repeats": 1, "capture": capture, "draft_fraction": 1.0}
+           "repeats": 1, "capture": capture, "draft_fraction": 1.0,
+           "draft_sample_method": sweep.draft_method}
     )  # fmt: skip
 
 

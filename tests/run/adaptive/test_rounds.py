@@ -37,6 +37,24 @@ def test_round_0_is_the_baseline_and_the_max_k_arm_once_with_captures(suite):
     assert type(first).model_validate(first.model_dump()) == first
 
 
+def test_round_0_drafts_as_the_av_arm_it_predicts_when_the_sweep_leaves_the_method_unset(suite):
+    """Issue 30, item 2: a sweep with an AV arm and no draft_sample_method drafts
+    probabilistically on every speculative arm; round 0 drops the AV arm but its static arm
+    must still draft that way (AV's OFF twin), or it measures greedy drafting and V2's drafts
+    capture (probabilistic only) records no confidences to predict AV from."""
+    pair = suite.pair("tiny-gpu")
+    sweep = suite.sweep("nightly").model_copy(update={"pairs": [], "attention_backend": None})
+    assert sweep.draft_sample_method is None and "av" in sweep.arms
+    assert sweep.draft_method == "probabilistic"
+    first = first_round(pair, sweep)
+    assert "av" not in first.arms and first.draft_method == "probabilistic"
+    from avbench.serving.server import speculative_config
+
+    static = next(a for a in arms_for(pair, first) if a.kind == "static")
+    twin = speculative_config(pair, Arm("av", static.k), sweep)
+    assert speculative_config(pair, static, first)["draft_sample_method"] == twin["draft_sample_method"]
+
+
 def test_the_predicted_arms_are_the_smaller_static_k_and_av_only_where_it_runs(suite):
     pair, sweep = suite.pair("tiny-cpu"), suite.sweep("demo")  # baseline, K 1 and 3, AV
     assert _targets(pair, sweep, Arm("static", 3), av_runs=False) == ("static-k1",)
