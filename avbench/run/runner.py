@@ -54,6 +54,7 @@ from avbench.serving.server import (
 from avbench.store.artefacts import (
     SCHEMA_VERSION,
     ArmEntry,
+    CpuLayoutEntry,
     Provenance,
     SweepInputs,
     SweepManifest,
@@ -536,6 +537,14 @@ def _start(server: ServerProcess, run: SweepRun, opts: SweepOptions, arm: Arm) -
             pinned = apply(layout, server.pgid)
             detail = f"pinned {layout.describe()} ({pinned} engine processes)"
             run.reporter.arm_started(arm.name, detail)
+            run.store.record_cpu_layout(
+                arm.name,
+                CpuLayoutEntry(
+                    engine_cpus=sorted(layout.engine),
+                    rest_cpus=sorted(layout.rest),
+                    engine_processes=pinned,
+                ),
+            )
     except ServerError as exc:
         reason = redact(str(exc), run.secrets)
         return Failed(FailureKind.SERVER, reason, arm_note=reason)

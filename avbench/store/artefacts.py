@@ -71,6 +71,16 @@ class ArmCapture(_Open):
     draft_fraction: float | None = None
 
 
+class CpuLayoutEntry(_Open):
+    """The CPUs an arm's server processes were pinned to (pair setting ``engine_cpus``,
+    avbench/serving/cpu_layout.py): the engine core and model worker(s), and the rest (the API
+    server and avbench's load driver)."""
+
+    engine_cpus: list[int]
+    rest_cpus: list[int]
+    engine_processes: int  # how many engine processes were pinned
+
+
 class ArmEntry(_Open):
     """One arm of the run: how its server was started (launched) or where it was (attached)."""
 
@@ -84,6 +94,7 @@ class ArmEntry(_Open):
     unsupported_reason: str | None = None
     endpoint: str | None = None
     engine: dict[str, str | None] | None = None  # what its server chose (serving/server_log.py)
+    cpu_layout: CpuLayoutEntry | None = None  # None: its processes were left to the OS
 
 
 class MergedArmEntry(ArmEntry):

@@ -42,6 +42,7 @@ from avbench import __version__
 from avbench.errors import StoreError, StoreFull
 from avbench.store.artefacts import (
     MANIFEST,
+    CpuLayoutEntry,
     Host,
     RunManifest,
     SweepManifest,
@@ -383,6 +384,14 @@ class RunStore:
         if not isinstance(m, SweepManifest):
             raise StoreError(f"{self.manifest_path}: a merged run, not a sweep")
         return m
+
+    def record_cpu_layout(self, arm: str, layout: CpuLayoutEntry) -> None:
+        """Where the arm's server processes were pinned, into its manifest entry."""
+        m = self._sweep_manifest()
+        for a in m.arms:
+            if a.name == arm:
+                a.cpu_layout = layout
+        self.write_manifest(m)
 
     def record_engine(self, arm: str, choices: dict[str, str | None]) -> SweepManifest:
         """What the arm's server chose (server_log.engine_choices), into its manifest entry."""
