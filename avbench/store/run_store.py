@@ -480,6 +480,11 @@ class RunStore:
             tmp.unlink(missing_ok=True)  # frees what the partial file took
             raise _store_error(exc, path, self.root) from None
 
+    def append_row(self, path: Path, row: dict[str, Any]) -> None:
+        """Append a row that is already complete (merge copies other runs' rows) to one of
+        this run's .jsonl files: whole and fsynced, or not at all."""
+        self._append(path, row)
+
     def _append(self, path: Path, row: dict[str, Any]) -> None:
         try:
             _append_jsonl(path, row, self.on_warning)
