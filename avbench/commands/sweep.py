@@ -288,7 +288,9 @@ def sweep(req: SweepRequest) -> None:
     secret = resolve_api_key(req.api_key, req.api_key_file)
     console = make_console()
     reporter = RichReporter(console)
-    adaptive = req.adaptive or bool(req.resume and (req.resume / "adaptive.json").exists())
+    from avbench.store.artefacts import ADAPTIVE
+
+    adaptive = req.adaptive or bool(req.resume and (req.resume / ADAPTIVE).exists())
     try:
         if adaptive:
             _adaptive(req, secret, reporter, console)

@@ -217,6 +217,38 @@ RunManifest = Annotated[
 MergedManifest.model_rebuild()
 MANIFEST = TypeAdapter[SweepManifest | MergedManifest](RunManifest)
 
+ADAPTIVE = "adaptive.json"  # an adaptive sweep's rounds (avbench/run/adaptive.py)
+
+
+class AdaptiveStandingEntry(_Open):
+    """One concurrency's standing after a round (analysis/adaptive.py's Standing, described)."""
+
+    concurrency: int
+    verdict: str
+    state: str
+    winner: str | None = None
+    margin: float | None = None
+    contenders: list[str] = []
+    predicted: list[str] = []  # which of the winner and contenders are predictions
+    rests_on_prediction: bool = False
+
+
+class AdaptiveRound(_Open):
+    round: int
+    cells: list[str] = []  # the cells it measured (round 0: the first plan)
+    seconds: float = 0.0  # server-seconds it took
+    standings: list[AdaptiveStandingEntry] = []  # as the round found them (none for round 0)
+
+
+class AdaptiveRecord(_Open):
+    """``adaptive.json``: the policy, the full sweep the rounds draw cells from, the rounds."""
+
+    policy: dict[str, Any]
+    sweep: dict[str, Any]
+    rounds: list[AdaptiveRound] = []
+    status: Literal["running", "decided", "inside noise", "budget", "failed"] = "running"
+    server_seconds: float = 0.0
+
 
 def source_manifest(manifest: RunManifest, run_id: str | None) -> RunManifest:
     """The manifest a row of this run came from: its source's in a merged run, else the run's."""

@@ -9,7 +9,6 @@ from avbench.analysis.adaptive import Uncertainty, Wanted
 from avbench.inputs.suite import load_suite
 from avbench.plan.cells import Arm, arms_for, build_plan
 from avbench.run.adaptive import (
-    STATE_FILE,
     AdaptivePolicy,
     AdaptiveState,
     AdaptiveStopped,
@@ -17,6 +16,7 @@ from avbench.run.adaptive import (
     cells_for,
     first_round,
 )
+from avbench.store.artefacts import ADAPTIVE
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,8 @@ def test_the_state_file_round_trips_and_a_bad_one_is_one_line(tmp_path):
     state.write(tmp_path)
     back = AdaptiveState.read(tmp_path)
     assert (back.policy, back.sweep, back.cells, back.seconds) == (policy, {"name": "s"}, 2, 3.5)
-    assert json.loads((tmp_path / STATE_FILE).read_text())["server_seconds"] == 3.5
-    (tmp_path / STATE_FILE).write_text('{"policy": {"uncertainty": 1}}')
+    assert json.loads((tmp_path / ADAPTIVE).read_text())["server_seconds"] == 3.5
+    (tmp_path / ADAPTIVE).write_text('{"policy": {"uncertainty": 1}}')
     with pytest.raises(AdaptiveStopped, match="not an adaptive state file"):
         AdaptiveState.read(tmp_path)
     with pytest.raises(AdaptiveStopped, match="not an adaptive run"):
