@@ -421,13 +421,25 @@ def _preflight(suite, pair, sweep, python: str) -> list[Check]:
             for p in report.problems
         ]
     skipped = f"; {len(report.unsupported)} unsupported here" if report.unsupported else ""
+    vllm = f"{report.install.distribution} {report.install.version}"
+    refused = [
+        Check(
+            "adaptive verification",
+            "warn",
+            f"pair {pair.name}: {reason}",
+            "the sweep reports the arm unsupported and starts no server for it",
+        )
+        for reason in (r.reason(vllm) for r in report.av_start)
+        if reason is not None
+    ]
     return [
         Check(
             "pre-flight",
             "ok",
             f"pair {pair.name}, sweep {sweep.name}: {len(report.checked)} arm command lines "
-            f"parse with {report.install.distribution} {report.install.version}{skipped}",
-        )
+            f"parse with {vllm}{skipped}",
+        ),
+        *refused,
     ]
 
 

@@ -143,3 +143,16 @@ def test_without_the_stand_in_vllms_cpu_platform_refuses_every_av_arm(
     for res in av_start_checks(jobs, str(gpu_vllm_python)):
         assert res.refused is not None and "requires full CUDA graphs" in res.refused, res
         assert res.speculator is None  # stopped at the config stage
+
+
+def test_doctor_warns_of_the_av_arm_vllm_would_refuse(gpu_standin_python, seed_checkpoints, tmp_path):
+    from avbench.checks.doctor import DoctorOptions, run_doctor
+
+    checks = run_doctor(
+        DoctorOptions(python=str(gpu_standin_python), pair="inkling-mtp", sweep="nightly",
+                      results=tmp_path)
+    )  # fmt: skip
+    av = [c for c in checks if c.name == "adaptive verification" and "refuses" in c.detail]
+    assert len(av) == 1 and av[0].status == "warn", [c.line() for c in checks]
+    assert av[0].detail.startswith("pair inkling-mtp: av-k3: vllm 0.33.0 refuses adaptive")
+    assert INKLING_REFUSAL in av[0].detail
