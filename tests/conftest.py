@@ -108,6 +108,16 @@ def gpu_vllm_python(vllm_src: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def gpu_standin_python(vllm_src: Path, tmp_path_factory) -> Path:
+    """``gpu_vllm_python`` that answers vLLM's questions about the machine as an H100 would
+    (``avbench.testing.gpu_standin``: CUDA graphs, the model's CUDA implementation,
+    FlashAttention 3, DeepGEMM, Model Runner V2); everything else is the CPU's."""
+    from avbench.testing.vllm_source import rehearsal_python
+
+    return rehearsal_python(vllm_src, tmp_path_factory.mktemp("gpu-standin"), gpu_stand_in=True)
+
+
+@pytest.fixture(scope="session")
 def seed_hf_home(tmp_path_factory) -> Path:
     """An HF_HOME whose hub cache holds config-only snapshots of every checkpoint the seed
     pairs name (``avbench.testing.hf_cache``): ids resolve offline as after a download."""

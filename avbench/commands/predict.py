@@ -78,8 +78,16 @@ def predict(req: PredictRequest) -> None:
         + (", ".join(f"{a} {n} cells" for a, n in counts.items()) or "nothing")
         + f" -> {run / PREDICTED_FILE}"
     )
+    for arm, cov in res.coverage.items():
+        typer.echo(f"{arm}: {cov.line()}")
+    if res.coverage:
+        from avbench.predict.vllm_av import AV_DIFFERENCES
+
+        typer.echo("AV predicted unlike vLLM's own in: " + "; ".join(AV_DIFFERENCES))
     for why in res.skipped:
         typer.echo(f"not predicted: {why}")
+    if not res.rows and res.skipped:  # nothing asked for could be predicted: refused
+        raise AvbenchError(f"{run.name}: nothing predicted: " + "; ".join(res.skipped))
     text = _compared_text(run, res.compared)
     typer.echo(text)
     if req.markdown is not None:

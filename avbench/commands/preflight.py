@@ -26,7 +26,9 @@ def register(app: typer.Typer) -> None:
 
 @command(PreflightRequest)
 def preflight(req: PreflightRequest) -> None:
-    """Parse every arm's vLLM command line with the installed vLLM; no model is loaded."""
+    """Parse every arm's vLLM command line with the installed vLLM, and run its adaptive
+    verification start-up checks on AV arms; no model is loaded. Each arm: startable, or
+    unsupported with the reason."""
     from avbench.checks.preflight import Target
     from avbench.checks.preflight import preflight as run_preflight
     from avbench.inputs.suite import load_suite
@@ -39,6 +41,11 @@ def preflight(req: PreflightRequest) -> None:
         s = suite.sweep(req.sweep or p.default_sweep)
         targets += [Target(p, a, suite.root / "pairs.toml", s) for a in arms_for(p, s)]
     report = run_preflight(targets, req.vllm_python)
+    for pair, arm, verdict in report.verdicts():
+        typer.echo(f"pair {pair}, arm {arm}: {verdict}")
+    for res in report.av_start:
+        for what in res.unchecked:
+            typer.echo(f"note (pair {res.pair}, arm {res.arm}, not checked before start): {what}")
     for problem in report.problems:
         typer.echo(problem.line(), err=True)
     for note in report.notes:

@@ -28,15 +28,13 @@ def explain(req: ExplainRequest) -> None:
     from dataclasses import asdict
 
     from avbench.explain import explain_run
-    from avbench.report.quality import NEAR_TIES
+    from avbench.report.quality import write_near_ties
 
     run = req.run
     ex = explain_run(run, req.limit)
     summary = ex.summary()
     # Kept beside the run for the report's quality section.
-    (run / NEAR_TIES).write_text(
-        json.dumps({"summary": summary, "ties": [asdict(t) for t in ex.ties]}, indent=1)
-    )
+    write_near_ties(run, {"summary": summary, "ties": [asdict(t) for t in ex.ties]})
     if req.as_json:
         typer.echo(json.dumps({"summary": summary, "ties": [asdict(t) for t in ex.ties]}))
         return

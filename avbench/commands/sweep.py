@@ -288,7 +288,9 @@ def sweep(req: SweepRequest) -> None:
     secret = resolve_api_key(req.api_key, req.api_key_file)
     console = make_console()
     reporter = RichReporter(console)
-    adaptive = req.adaptive or bool(req.resume and (req.resume / "adaptive.json").exists())
+    from avbench.store.artefacts import ADAPTIVE
+
+    adaptive = req.adaptive or bool(req.resume and (req.resume / ADAPTIVE).exists())
     try:
         if adaptive:
             _adaptive(req, secret, reporter, console)
@@ -328,8 +330,8 @@ def _resume(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter)
     from avbench.run.runner import resume_sweep
 
     assert req.resume is not None
-    _preflight_stored(req.resume, req.vllm_python)
-    return resume_sweep(req.resume, _override(req, secret), reporter)
+    refused = _preflight_stored(req.resume, req.vllm_python)
+    return resume_sweep(req.resume, _override(req, secret) | {"refused_arms": refused}, reporter)
 
 
 def _adaptive(
@@ -340,8 +342,8 @@ def _adaptive(
     from avbench.run.progress import standings_table
 
     if req.resume is not None:
-        _preflight_stored(req.resume, req.vllm_python)
-        done = resume_adaptive(req.resume, _override(req, secret), reporter)
+        refused = _preflight_stored(req.resume, req.vllm_python)
+        done = resume_adaptive(req.resume, _override(req, secret) | {"refused_arms": refused}, reporter)
     else:
         opts = _options(req, secret)
         policy = AdaptivePolicy(budget_cells=req.budget_cells, budget_s=req.budget_s)
@@ -394,7 +396,7 @@ def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
     )
     check_new_run(opts)  # bad options fail before the slower pre-flight
     if req.endpoint is None:
-        _preflight(pair, sweep, pairs_file, req.vllm_python)
+        opts.refused_arms = _preflight(pair, sweep, pairs_file, req.vllm_python)
     return opts
 
 
@@ -450,19 +452,23 @@ def _attach_arm(req: SweepRequest, pair: Pair) -> Arm | None:
         raise AvbenchError(f"--arm: {exc}") from None
 
 
-def _preflight(pair: Pair, sweep: Sweep, pairs_file: Path | None, python: str) -> None:
-    """Every server command line checked by the installed vLLM before any server starts."""
+def _preflight(
+    pair: Pair, sweep: Sweep, pairs_file: Path | None, python: str
+) -> dict[str, str]:
+    """Every server command line checked by the installed vLLM before any server starts.
+    Returns the arms vLLM would refuse at start (arm -> reason): never started."""
     from avbench.checks.preflight import Target, require_preflight
     from avbench.plan.cells import arms_for
 
-    require_preflight(
+    report = require_preflight(
         [Target(pair, a, pairs_file, sweep) for a in arms_for(pair, sweep)],
         python,
         echo=lambda line: typer.echo(line, err=True),
     )
+    return report.refused(pair.name)
 
 
-def _preflight_stored(run_dir: Path, python: str) -> None:
+def _preflight_stored(run_dir: Path, python: str) -> dict[str, str]:
     """Pre-flight of a run being resumed: the vLLM may have changed since it started."""
     from pydantic import ValidationError
 
@@ -472,12 +478,12 @@ def _preflight_stored(run_dir: Path, python: str) -> None:
 
     m = RunStore.open(run_dir).read_manifest()
     if not isinstance(m, SweepManifest) or m.endpoint:
-        return
+        return {}
     try:
         pair, sweep = Pair.model_validate(m.pair), Sweep.model_validate(m.sweep)
     except ValidationError:
-        return  # resume_sweep names what the manifest lacks
-    _preflight(pair, sweep, None, python)
+        return {}  # resume_sweep names what the manifest lacks
+    return _preflight(pair, sweep, None, python)
 
 
 def _summarize(console: Console, outcome: SweepOutcome, write_report: bool) -> None:

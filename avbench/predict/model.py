@@ -61,11 +61,14 @@ class CellReplay:
 
 @dataclass(frozen=True)
 class Policy:
-    """What the predicted arm verifies: ``static`` K', a ``schedule``, or ``av`` at K."""
+    """What the predicted arm verifies: ``static`` K', a ``schedule``, or ``av`` at K.
+    ``head``: AV confides in a DSpark confidence head (its captured scores), not the online
+    estimator, as vLLM does whenever the checkpoint has one."""
 
     kind: str
     k: int = 0
     schedule: Schedule | None = None
+    head: bool = False
 
     def k_for(self, n_reqs: int) -> int:
         if self.kind == "schedule":
@@ -273,12 +276,18 @@ def _finish(
 
 # ----------------------------------------------------------------------------- AV
 def replay_av(
-    cell: CellReplay, tables: CostTables, costs: StepCosts, state: AvState, code
+    cell: CellReplay,
+    tables: CostTables,
+    costs: StepCosts,
+    state: AvState,
+    code,
+    head: bool = False,
 ) -> Replayed:
     """AV at K over the cell's steps, in order, carrying ``state`` (one server's estimator).
 
     Per step: confidences p = sigmoid(ω f + β) of the drafts from the estimator as it stood
-    when they were drafted; the budget from vLLM's rule on each request's previous confidences
+    when they were drafted (``head``: the confidence head's captured scores, and no estimator,
+    as in vLLM); the budget from vLLM's rule on each request's previous confidences
     (1 for its first verify step, as vLLM resets them); the slots from ``code.assign``
     (vLLM's ``_assign_draft_token_budget``); accepted = min(accepted at K, admitted); then the
     estimator sees the labels of the verified drafts only and refits every 100 steps."""
@@ -291,10 +300,14 @@ def replay_av(
     ):
         g = groups.get(s)
         if g is None:
-            est.observe_step(np.zeros(0), np.zeros(0, int), np.zeros(0))
+            if not head:
+                est.observe_step(np.zeros(0), np.zeros(0, int), np.zeros(0))
             continue
         f = np.stack(g["f"].to_numpy())[:, :k]
-        conf = est.predict(f, np.broadcast_to(np.arange(k), f.shape)).astype(np.float32)
+        if head:
+            conf = np.stack(g["conf"].to_numpy())[:, :k].astype(np.float32)
+        else:
+            conf = est.predict(f, np.broadcast_to(np.arange(k), f.shape)).astype(np.float32)
         cap = g["scheduled"].to_numpy(np.int32)
         stale = np.stack([state.last_conf.get(r, np.ones(k, np.float32)) for r in g["request_id"]])
         budget = budget_rule(
@@ -314,7 +327,8 @@ def replay_av(
         else:
             admitted = code.assign(conf, cap, budget)
         a = np.minimum(g["accepted"].to_numpy(int), admitted)
-        _observe(est, f, a, admitted)
+        if not head:
+            _observe(est, f, a, admitted)
         state.last_conf.update(zip(g["request_id"], conf, strict=True))
         state.admitted_log.append(admitted)
         acc_pred.append(pd.Series(a, index=g.index))
@@ -442,7 +456,7 @@ def predict_cell(
     if policy.kind == "av":
         if av is None or code is None or not cell.timed or pricing is None:
             raise ValueError("an AV replay needs step timings, the server's AV state and code")
-        replayed = replay_av(cell, pricing.tables, pricing.costs, av, code)
+        replayed = replay_av(cell, pricing.tables, pricing.costs, av, code, policy.head)
     else:
         replayed = replay_fixed(cell, pricing.costs if pricing else None, policy)
     return summarize(cell, replayed), replayed

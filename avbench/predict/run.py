@@ -31,6 +31,7 @@ from avbench.plan.schedule import Schedule, max_k
 from avbench.predict.curves import fit_cost_tables
 from avbench.predict.model import AvState, Policy, Prediction, Pricing, predict_cell, step_times
 from avbench.predict.source import (
+    Coverage,
     MissingCapture,
     SourceCell,
     arm_rows,
@@ -71,6 +72,7 @@ class PredictResult:
     compared: list = field(default_factory=list)
     decision_code: str = ""
     skipped: list[str] = field(default_factory=list)  # targets not predicted, with why
+    coverage: dict[str, Coverage] = field(default_factory=dict)  # per AV arm, over its cells
 
 
 def _source_arm(store: RunStore, wanted: str | None) -> str:
@@ -165,8 +167,41 @@ def _predict_arm(ctx: _Context, arm: Arm, policy: Policy) -> list[dict]:
         if policy.kind == "av":
             state = states.setdefault(s.writer, AvState.cold(s.replay.k))
         pred, _ = predict_cell(s.replay, ctx.pricing, policy, state, ctx.code)
-        rows.append(_row(s, arm, pred, ctx.spec(arm, policy.schedule), ctx.code.source))
+        row = _row(s, arm, pred, ctx.spec(arm, policy.schedule), ctx.code.source)
+        if policy.kind == "av" and s.coverage is not None:
+            row |= s.coverage.to_row() | {"av_confidences": "head" if policy.head else "estimator"}
+        rows.append(row)
     return rows
+
+
+def uses_confidence_head(pair: dict | None) -> bool:
+    """AV of this pair decides with a DSpark confidence head: vLLM uses the checkpoint's head
+    whenever it has one (confidence_head "auto"), and offers no switch to ignore it."""
+    pair = pair or {}
+    return pair.get("method") == "dspark" and pair.get("confidence_head") == "auto"
+
+
+def _av_sources(
+    store: RunStore, rows: list[dict], pair: dict | None
+) -> tuple[list[SourceCell], str | None, bool]:
+    """The source cells read for AV, why AV cannot be predicted from them (None: it can), and
+    whether its confidences are a head's (captured scores) rather than the estimator's."""
+    if not all(r.get("capture_steps") and "drafts" in (r.get("capture") or []) for r in rows):
+        return [], "AV needs step timings and drafts (capture both)", False
+    try:
+        sources = [source_cell(store, r, av=True) for r in rows]
+    except MissingCapture as exc:
+        return [], f"refused: {exc}", False
+    head = uses_confidence_head(pair)
+    bare = [s.row["cell_id"] for s in sources if s.replay.events["conf"].isna().any()]
+    if head and bare:
+        return [], (
+            f"refused: pair {(pair or {}).get('name')} runs AV on its DSpark confidence head "
+            "(confidence_head auto: vLLM uses the checkpoint's head whenever it has one), and "
+            f"{bare[0]} captured no head scores (vLLM computes them only with AV on): the "
+            "online estimator would predict another AV"
+        ), True
+    return sources, None, head
 
 
 @dataclass
@@ -225,16 +260,18 @@ def _check_k(arm: Arm, target: str, k: int, source: str) -> None:
 
 def predict_run(req: PredictRequest) -> PredictResult:
     store = RunStore.open(req.run_dir)
+    manifest = store.read_manifest()
     source = _source_arm(store, req.source)
     rows = arm_rows(store, source)
     # AV scores the drafter's features: it needs the drafts capture as well as the steps.
-    av = any(t == "av" or t.startswith("av-") for t in req.targets) and all(
-        r.get("capture_steps") and "drafts" in (r.get("capture") or []) for r in rows
-    )
-    sources = [source_cell(store, r, av=av) for r in rows]
+    av_refusal, head = None, False
+    sources: list[SourceCell] = []
+    if any(t == "av" or t.startswith("av-") for t in req.targets):
+        sources, av_refusal, head = _av_sources(store, rows, manifest.pair)
+    sources = sources or [source_cell(store, r) for r in rows]
     # vLLM's code only matters for cost tables and AV: without step timings, skip its import.
     code = decision_code(req.prefer_vllm and any(s.replay.timed for s in sources))
-    ctx = _Context(store, store.read_manifest(), sources, _pricing(store, sources, code), code)
+    ctx = _Context(store, manifest, sources, _pricing(store, sources, code), code)
     k = sources[0].replay.k
     result = PredictResult(source, decision_code=code.source)
     for target in _targets(req, k):
@@ -249,7 +286,7 @@ def predict_run(req: PredictRequest) -> PredictResult:
                 continue
             arm, policy = Arm("dyn", max_k(schedule)), Policy("schedule", schedule=schedule)
         elif target == "av":
-            arm, policy = Arm("av", k), Policy("av", k)
+            arm, policy = Arm("av", k), Policy("av", k, head=head)
         else:
             try:
                 arm = Arm.parse(target)
@@ -259,12 +296,16 @@ def predict_run(req: PredictRequest) -> PredictResult:
                 raise AvbenchError(
                     f"--arms {target}: expected static-k<K>, av-k<K>, static, dyn or av"
                 )
-            policy = Policy("av", arm.k) if arm.kind == "av" else Policy("static", arm.k)
+            policy = Policy(arm.kind, arm.k, head=head and arm.kind == "av")
         _check_k(arm, target, k, source)
-        if arm.kind == "av" and not av:
-            result.skipped.append(f"{arm.name}: AV needs step timings and drafts (capture both)")
+        if arm.kind == "av" and av_refusal is not None:
+            result.skipped.append(f"{arm.name}: {av_refusal}")
             continue
         result.rows += _predict_arm(ctx, arm, policy)
+        if arm.kind == "av":
+            result.coverage[arm.name] = sum(
+                (s.coverage for s in sources if s.coverage is not None), Coverage()
+            )
     _write(store, result)
     return result
 

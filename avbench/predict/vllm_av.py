@@ -23,6 +23,23 @@ import numpy as np
 
 AV_MODULE = "vllm.v1.worker.gpu.spec_decode.adaptive_verification"
 
+# Where the AV replay's inputs differ from what vLLM 0.33.0's AV decides with, each named with
+# every AV prediction (``avbench predict``, the report): vLLM profiles its cost curves once at
+# start (AdaptiveVerificationManager.batches_to_profile, set_initial_cost_curves).
+AV_DIFFERENCES = (
+    "cost curves from the cell's own captured steps at the batch sizes it ran (medians, linear "
+    "between sizes), not vLLM's start-up profile of 5 dummy batches per CUDA-graph capture "
+    "size and the tail sizes above it",
+    "no CUDA-graph capture limit (cudagraph_limit 0): vLLM prices a size up to its largest "
+    "capture size at the next captured size",
+    "verify cost = forward + sampling per token count (vLLM's curve: the forward alone); "
+    "draft cost from every drafting step (vLLM's: full-graph replays only)",
+    "no logits cap: vLLM caps a step's verified drafts at 2^30 / (4 x vocabulary) rows less one "
+    "per request (about 1,766 for a 152k vocabulary), above c x (K + 1) in every nightly cell",
+    "the estimator starts cold with each server's first measured cell (vLLM's had the warmup "
+    "requests too) and refits every 100 steps on what the replay verifies",
+)
+
 
 def build_cost_tables(
     draft_curve: list[tuple[int, float]],

@@ -330,23 +330,23 @@ def _burst_note(page: _Page, view: pd.DataFrame) -> None:
 
 def _adaptive(page: _Page, rs: RunSet) -> None:
     """Each adaptive run's verdicts as its last round left them, and what each rests on."""
+    from avbench.errors import StoreError
+    from avbench.store.run_store import read_adaptive
+
     for run in rs.runs:
-        path = run.store.root / "adaptive.json"
-        if not path.exists():
-            continue
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-            last = state["rounds"][-1]["standings"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            page.text(
-                f"{path}: unreadable adaptive state ({exc}); its verdicts are not shown.", "warn"
-            )
+            state = read_adaptive(run.store.root)
+        except StoreError as exc:
+            page.text(f"{exc}; its verdicts are not shown.", "warn")
             continue
-        cells = sum(len(r.get("cells", [])) for r in state["rounds"])
+        if state is None:
+            continue
+        last = state.rounds[-1].standings if state.rounds else []
+        cells = sum(len(r.cells) for r in state.rounds)
         page.section(f"Adaptive sweep: {run.run_id}")
         page.text(
-            f"Status {state['status']}: {cells} cells measured in {len(state['rounds']) - 1} "
-            f"round(s), {state.get('server_seconds', 0):.0f} server-seconds. A verdict is "
+            f"Status {state.status}: {cells} cells measured in {len(state.rounds) - 1} "
+            f"round(s), {state.server_seconds:.0f} server-seconds. A verdict is "
             "decided when no other option's interval reaches the winner's: a measured option "
             "± the larger of its repeat spread and 5%, a predicted one ± its own 95% interval "
             "and 5% in quadrature. Inside noise: the repeats are spent and the intervals still "
@@ -354,16 +354,13 @@ def _adaptive(page: _Page, rs: RunSet) -> None:
         )
         rows = tuple(
             (
-                f"c={s['concurrency']}",
-                s["verdict"],
-                s["state"],
-                "-" if s.get("margin") is None else f"{s['margin']:+.1%}",
-                ", ".join(
-                    f"{a} (predicted)" if a in s.get("predicted", ()) else a
-                    for a in s.get("contenders", [])
-                )
+                f"c={s.concurrency}",
+                s.verdict,
+                s.state,
+                "-" if s.margin is None else f"{s.margin:+.1%}",
+                ", ".join(f"{a} (predicted)" if a in s.predicted else a for a in s.contenders)
                 or "-",
-                "a prediction" if s.get("rests_on_prediction") else "measurements",
+                "a prediction" if s.rests_on_prediction else "measurements",
             )
             for s in last
         )
@@ -384,11 +381,19 @@ def _predictions(page: _Page, rs: RunSet) -> None:
         measured = not rs.cells.empty and (rs.cells["arm"] == arm).any()
         page.text(
             f"{arm} ({run_id}): {len(g)} cells predicted from {src} by {g['predictor'].iloc[0]}"
+            + _av_basis(g)
             + (
                 "; measured too, so the plots show the measurement."
                 if measured
                 else "; drawn hollow (not measured)."
             )  # fmt: skip
+        )
+    if (rs.predicted["arm_kind"] == "av").any():
+        from avbench.predict.vllm_av import AV_DIFFERENCES
+
+        page.text(
+            "AV predictions differ from vLLM's own AV in: " + "; ".join(AV_DIFFERENCES) + ".",
+            "warn",
         )
     compared = compare(rs.cells, rs.predicted) if not rs.cells.empty else []
     if compared:
@@ -400,6 +405,18 @@ def _predictions(page: _Page, rs: RunSet) -> None:
                 "tolerance (max(10%, repeat spread); acceptance length 0.1)",
             )
         )
+
+
+def _av_basis(g: pd.DataFrame) -> str:
+    """An AV prediction's confidences and feature coverage (share of verify steps whose own
+    features were captured; the rest borrowed), pooled over its cells."""
+    from avbench.predict.source import Coverage
+
+    if "av_events" not in g or g["av_events"].isna().all():
+        return ""
+    cov = Coverage.from_rows(g.to_dict("records"))
+    conf = g["av_confidences"].dropna().iloc[0] if "av_confidences" in g else "estimator"
+    return f" (confidences: {conf}; {cov.line()})"
 
 
 def _gains(page: _Page, rs: RunSet, points: pd.DataFrame) -> None:

@@ -9,6 +9,7 @@ noise are flagged (docs/fair-comparisons.md).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -23,6 +24,14 @@ from avbench.report import tables
 from avbench.store.cellrow import PEER_DIFFERENCES
 
 NEAR_TIES = "near_ties.json"  # written by `avbench quality explain RUN`
+
+
+def write_near_ties(run: Path, found: dict) -> None:
+    """``found`` (summary and ties) beside the run for this section: whole, or the previous
+    file stays as it was (a full disk is one line, not a truncated file)."""
+    from avbench.store.run_store import write_together
+
+    write_together(run, {NEAR_TIES: json.dumps(found, indent=1).encode()})
 
 
 def _rows(cells: pd.DataFrame) -> list[dict]:

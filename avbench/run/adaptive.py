@@ -10,12 +10,11 @@ server-seconds) would be exceeded by the next round.
 
 Everything is one run directory: the manifest's plan grows by each round's cells and the
 runner measures them as a resume would, so a crash loses nothing and ``--resume`` continues;
-``adaptive.json`` holds the policy and every round's standings.
+``adaptive.json`` (the store's AdaptiveRecord) holds the policy and every round's standings.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,16 +22,14 @@ from pathlib import Path
 import pandas as pd
 
 from avbench.analysis.adaptive import Standing, Uncertainty, Wanted, standings
-from avbench.errors import AvbenchError
+from avbench.errors import AvbenchError, StoreError
 from avbench.inputs.suite import Pair, Sweep
 from avbench.plan.cells import Arm, Cell, arms_for, build_plan
 from avbench.run.progress import SweepReporter
 from avbench.run.runner import SweepOptions, SweepOutcome, resume_sweep, start_sweep
 from avbench.serving.server import VllmInstall, probe_vllm
-from avbench.store.artefacts import SweepManifest
-from avbench.store.run_store import RunStore, _atomic_write
-
-STATE_FILE = "adaptive.json"
+from avbench.store.artefacts import ADAPTIVE, AdaptiveRecord, SweepManifest
+from avbench.store.run_store import RunStore, read_adaptive, write_adaptive
 
 
 class AdaptiveStopped(AvbenchError):
@@ -74,25 +71,34 @@ class AdaptiveState:
         return sum(len(r.get("cells", [])) for r in self.rounds)
 
     def write(self, root: Path) -> None:
-        body = {
-            "policy": self.policy.to_dict(),
-            "sweep": self.sweep,
-            "rounds": self.rounds,
-            "status": self.status,
-            "server_seconds": self.seconds,
-        }
-        _atomic_write(root / STATE_FILE, (json.dumps(body, indent=2) + "\n").encode())
+        """Into the run's ``adaptive.json`` (the store's AdaptiveRecord)."""
+        record = AdaptiveRecord.model_validate(
+            {
+                "policy": self.policy.to_dict(),
+                "sweep": self.sweep,
+                "rounds": self.rounds,
+                "status": self.status,
+                "server_seconds": self.seconds,
+            }
+        )
+        write_adaptive(root, record)
 
     @classmethod
     def read(cls, root: Path) -> AdaptiveState:
-        path = root / STATE_FILE
         try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-            return cls(AdaptivePolicy.from_dict(d["policy"]), d["sweep"], d["rounds"], d["status"])
-        except FileNotFoundError:
-            raise AdaptiveStopped(f"{root}: not an adaptive run (no {STATE_FILE})") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise AdaptiveStopped(f"{path}: not an adaptive state file ({exc})") from None
+            record = read_adaptive(root)
+        except StoreError as exc:
+            raise AdaptiveStopped(str(exc)) from None
+        if record is None:
+            raise AdaptiveStopped(f"{root}: not an adaptive run (no {ADAPTIVE})")
+        try:
+            policy = AdaptivePolicy.from_dict(record.policy)
+        except (KeyError, TypeError) as exc:
+            raise AdaptiveStopped(
+                f"{root / ADAPTIVE}: not an adaptive state file (policy: {exc})"
+            ) from None
+        rounds = [r.model_dump(mode="json", exclude_unset=True) for r in record.rounds]
+        return cls(policy, record.sweep, rounds, record.status)
 
 
 def first_round(pair: Pair, sweep: Sweep) -> Sweep:
@@ -104,10 +110,15 @@ def first_round(pair: Pair, sweep: Sweep) -> Sweep:
     )
     capture = sorted({*sweep.capture, "steps", "drafts"})
     # Validated, not model_copy'd: the manifest it goes into is validated when read back.
+    # The static arm drafts as the sweep's arms do (draft_method: probabilistic when the sweep
+    # has an AV arm), since it stands for AV's OFF twin: dropping "av" from the arms must not
+    # drop that, or it would draft greedily and V2's drafts capture, which needs
+    # probabilistic drafts, would switch itself off (AV then predicted from nothing).
     return Sweep.model_validate(
         sweep.model_dump()
         | {"arms": ["baseline", "static"], "k_values": [k], "static_k": "max", "schedule": None,
-           "repeats": 1, "capture": capture, "draft_fraction": 1.0}
+           "repeats": 1, "capture": capture, "draft_fraction": 1.0,
+           "draft_sample_method": sweep.draft_method}
     )  # fmt: skip
 
 
@@ -231,14 +242,9 @@ class _Run:
     @property
     def av_runs(self) -> bool:
         """AV is predicted only where this vLLM could then measure it."""
-        from avbench.errors import UnsupportedArm
-        from avbench.serving.server import check_arm_supported
+        from avbench.run.runner import unsupported_reason
 
-        try:
-            check_arm_supported(self.opts.pair, Arm("av", self.opts.pair.max_k), self.install)
-        except UnsupportedArm:
-            return False
-        return True
+        return unsupported_reason(self.opts, Arm("av", self.opts.pair.max_k), self.install) is None
 
 
 @dataclass

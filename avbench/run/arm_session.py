@@ -147,7 +147,7 @@ class ArmSession:
             if server is not None and not server.alive():
                 cause = self.target.death_cause()
                 said = f"; the server log says: {cause}" if cause else ""
-                reason = f"vLLM server died during the arm (exit code {server.exit_code}){said}"
+                reason = f"vLLM server died during the arm (exit {server.exit_text}){said}"
                 tail = server.log_tail()
                 note = reason + "; last log lines:\n" + tail
                 self.run.fail(

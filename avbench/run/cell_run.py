@@ -70,7 +70,7 @@ class Target:
         if self.server is not None and not self.server.alive():
             cause = self.death_cause()
             said = f"; the server log says: {cause}" if cause else ""
-            return f"vLLM server died during the cell (exit code {self.server.exit_code}){said}"
+            return f"vLLM server died during the cell (exit {self.server.exit_text}){said}"
         if refused:
             try:
                 httpx.get(f"{self.base_url}/health", headers=self.headers, timeout=5)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ from avbench.serving.server import (
 from avbench.store.artefacts import (
     SCHEMA_VERSION,
     ArmEntry,
+    CpuLayoutEntry,
     Provenance,
     SweepInputs,
     SweepManifest,
@@ -97,6 +98,9 @@ class SweepOptions:
     cpu_seed_fix: bool = True  # off: the stock CPU build's seeded prefill rewind (build_env)
     served_model: str | None = None  # attach: what the endpoint serves (found by the probe)
     capture_dir: Path | None = None  # attach: where that server's avbench plugin writes
+    # Arm -> reason, for arms the pre-flight found this vLLM would refuse at start (its AV
+    # start-up checks: avbench.checks.av_start); never started, reported unsupported.
+    refused_arms: dict[str, str] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -347,11 +351,8 @@ def _describe_arms(
                     "draft_fraction": capture.draft_fraction,
                 }
             assert install is not None  # launched: check_new_run probed it
-            try:
-                check_arm_supported(opts.pair, arm, install)
-                d["supported"], d["unsupported_reason"] = True, None
-            except UnsupportedArm as exc:
-                d["supported"], d["unsupported_reason"] = False, str(exc)
+            reason = unsupported_reason(opts, arm, install)
+            d["supported"], d["unsupported_reason"] = reason is None, reason
         out.append(ArmEntry.model_validate(d))
     return out
 
@@ -464,7 +465,7 @@ def _run_arm(run: SweepRun, opts: SweepOptions, arm: Arm, cells: list[Cell], ins
         target = Target(opts.endpoint.rstrip("/"), model, _auth_headers(opts))
         ArmSession(run, arm, target, arm_capture(run.store, opts, arm)).run_cells(cells)
         return
-    refused = _refusal(opts.pair, arm, install)
+    refused = _refusal(opts, arm, install)
     if refused is not None:
         run.fail(arm, cells, refused)
         return
@@ -487,12 +488,22 @@ def _run_arm(run: SweepRun, opts: SweepOptions, arm: Arm, cells: list[Cell], ins
             release()
 
 
-def _refusal(pair: Pair, arm: Arm, install) -> Failed | None:
-    """Why this arm's server is not started at all, or None."""
+def unsupported_reason(opts: SweepOptions, arm: Arm, install: VllmInstall) -> str | None:
+    """Why this vLLM cannot run the arm (avbench's checks, then the pre-flight's record of
+    vLLM's own), or None."""
     try:
-        check_arm_supported(pair, arm, install)
+        check_arm_supported(opts.pair, arm, install)
     except UnsupportedArm as exc:
-        return Failed(FailureKind.UNSUPPORTED, str(exc), arm_note=f"unsupported: {exc}")
+        return str(exc)
+    return opts.refused_arms.get(arm.name)
+
+
+def _refusal(opts: SweepOptions, arm: Arm, install) -> Failed | None:
+    """Why this arm's server is not started at all, or None."""
+    pair = opts.pair
+    reason = unsupported_reason(opts, arm, install)
+    if reason is not None:
+        return Failed(FailureKind.UNSUPPORTED, reason, arm_note=f"unsupported: {reason}")
     missing = missing_checkpoints(pair, arm)
     if missing:  # vLLM would reject the command line at start (pre-flight says so first)
         reason = f"pair {pair.name}: {missing[0][1]}"
@@ -526,6 +537,14 @@ def _start(server: ServerProcess, run: SweepRun, opts: SweepOptions, arm: Arm) -
             pinned = apply(layout, server.pgid)
             detail = f"pinned {layout.describe()} ({pinned} engine processes)"
             run.reporter.arm_started(arm.name, detail)
+            run.store.record_cpu_layout(
+                arm.name,
+                CpuLayoutEntry(
+                    engine_cpus=sorted(layout.engine),
+                    rest_cpus=sorted(layout.rest),
+                    engine_processes=pinned,
+                ),
+            )
     except ServerError as exc:
         reason = redact(str(exc), run.secrets)
         return Failed(FailureKind.SERVER, reason, arm_note=reason)

@@ -520,8 +520,8 @@ class ServerProcess:
                 code = self.proc.poll()
                 if code is not None:
                     raise ServerError(
-                        f"vLLM exited with code {code} before becoming ready; last log lines:\n"
-                        + self.log_tail()
+                        f"vLLM exited with {describe_exit(code)} before becoming ready; last log "
+                        "lines:\n" + self.log_tail()
                     )
                 try:
                     if (
@@ -543,6 +543,12 @@ class ServerProcess:
     @property
     def exit_code(self) -> int | None:
         return self.proc.poll() if self.proc is not None else None
+
+    @property
+    def exit_text(self) -> str:
+        """How the process ended, for a reader (``describe_exit``); "code unknown" while none."""
+        code = self.exit_code
+        return "code unknown" if code is None else describe_exit(code)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -577,6 +583,31 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# What a signal that ends a server process usually means (its exit code is minus the signal).
+_SIGNAL_MEANING = {
+    signal.SIGILL: "an instruction this CPU does not have: native code built for a newer CPU "
+    "(AVX-512, AMX) than this machine's; the last lines of the log say what was running",
+    signal.SIGSEGV: "invalid memory access in native code (a crash inside a C++/CUDA library)",
+    signal.SIGBUS: "bad memory access in native code (often a full /dev/shm or a truncated file)",
+    signal.SIGABRT: "native code aborted (a failed assertion or an uncaught C++ exception)",
+    signal.SIGKILL: "killed outright, most often by the kernel's out-of-memory killer (dmesg)",
+    signal.SIGTERM: "asked to stop by another process",
+}
+
+
+def describe_exit(code: int) -> str:
+    """An exit status as a reader needs it: ``code 3``, or for a process a signal ended,
+    ``code -4 (SIGILL: ...)`` with what that signal usually means."""
+    if code >= 0:
+        return f"code {code}"
+    try:
+        sig = signal.Signals(-code)
+    except ValueError:
+        return f"code {code} (ended by signal {-code})"
+    meaning = _SIGNAL_MEANING.get(sig, "ended by that signal")
+    return f"code {code} ({sig.name}: {meaning})"
 
 
 def _die_with_parent() -> None:

@@ -71,6 +71,16 @@ class ArmCapture(_Open):
     draft_fraction: float | None = None
 
 
+class CpuLayoutEntry(_Open):
+    """The CPUs an arm's server processes were pinned to (pair setting ``engine_cpus``,
+    avbench/serving/cpu_layout.py): the engine core and model worker(s), and the rest (the API
+    server and avbench's load driver)."""
+
+    engine_cpus: list[int]
+    rest_cpus: list[int]
+    engine_processes: int  # how many engine processes were pinned
+
+
 class ArmEntry(_Open):
     """One arm of the run: how its server was started (launched) or where it was (attached)."""
 
@@ -84,6 +94,7 @@ class ArmEntry(_Open):
     unsupported_reason: str | None = None
     endpoint: str | None = None
     engine: dict[str, str | None] | None = None  # what its server chose (serving/server_log.py)
+    cpu_layout: CpuLayoutEntry | None = None  # None: its processes were left to the OS
 
 
 class MergedArmEntry(ArmEntry):
@@ -205,6 +216,38 @@ RunManifest = Annotated[
 ]
 MergedManifest.model_rebuild()
 MANIFEST = TypeAdapter[SweepManifest | MergedManifest](RunManifest)
+
+ADAPTIVE = "adaptive.json"  # an adaptive sweep's rounds (avbench/run/adaptive.py)
+
+
+class AdaptiveStandingEntry(_Open):
+    """One concurrency's standing after a round (analysis/adaptive.py's Standing, described)."""
+
+    concurrency: int
+    verdict: str
+    state: str
+    winner: str | None = None
+    margin: float | None = None
+    contenders: list[str] = []
+    predicted: list[str] = []  # which of the winner and contenders are predictions
+    rests_on_prediction: bool = False
+
+
+class AdaptiveRound(_Open):
+    round: int
+    cells: list[str] = []  # the cells it measured (round 0: the first plan)
+    seconds: float = 0.0  # server-seconds it took
+    standings: list[AdaptiveStandingEntry] = []  # as the round found them (none for round 0)
+
+
+class AdaptiveRecord(_Open):
+    """``adaptive.json``: the policy, the full sweep the rounds draw cells from, the rounds."""
+
+    policy: dict[str, Any]
+    sweep: dict[str, Any]
+    rounds: list[AdaptiveRound] = []
+    status: Literal["running", "decided", "inside noise", "budget", "failed"] = "running"
+    server_seconds: float = 0.0
 
 
 def source_manifest(manifest: RunManifest, run_id: str | None) -> RunManifest:

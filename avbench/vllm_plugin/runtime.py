@@ -95,6 +95,18 @@ ORIGINAL_ATTR = "__avbench_original__"
 HOOKS_ATTR = "__avbench_hooks__"
 
 
+def upload_index(rows: list[int], device):
+    """A host index on ``device`` without blocking the host. On CUDA a copy from pageable
+    memory is staged synchronously through a pinned buffer whatever ``non_blocking`` says, so
+    the source is pinned first; on CPU there is nothing to pin."""
+    import torch
+
+    index = torch.tensor(rows, dtype=torch.long)
+    if device.type == "cuda":
+        index = index.pin_memory()
+    return index.to(device, non_blocking=True)
+
+
 def wrap_method(
     health: Health, cls: type, name: str, make: Callable[[Callable], Callable], hook: str
 ) -> bool:

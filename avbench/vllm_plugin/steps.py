@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from avbench.vllm_plugin.ids import client_request_id
-from avbench.vllm_plugin.runtime import Health, guarded, when_imported, wrap_method
+from avbench.vllm_plugin.runtime import Health, guarded, upload_index, when_imported, wrap_method
 
 TIMING_WALL, TIMING_CUDA = "host-wall", "cuda-events"
 _V1_RUNNER = "vllm.v1.worker.gpu_model_runner"
@@ -370,12 +370,9 @@ def _observe(cap: StepCapture, orig):
 
 
 def _verdict_v2(step: _Step, num_sampled) -> None:
-    import torch
-
     # num_sampled follows the input batch's rows; rows without drafts have nothing to count.
     rows = [i for i, e in enumerate(step.batch_ids) if step.spec.get(e)]
-    index = torch.tensor(rows, dtype=torch.long)
-    step.acc = _Accepted(num_sampled, index.to(num_sampled.device, non_blocking=True))
+    step.acc = _Accepted(num_sampled, upload_index(rows, num_sampled.device))
 
 
 # ----------------------------------------------------------------------------- install

@@ -35,7 +35,7 @@ import inspect
 from typing import Any
 
 from avbench.vllm_plugin.drafts import DraftCapture
-from avbench.vllm_plugin.runtime import guarded, wrap_method
+from avbench.vllm_plugin.runtime import guarded, upload_index, wrap_method
 
 _RUNNER = "vllm.v1.worker.gpu.model_runner"
 _SAMPLING_EPS = 1e-5
@@ -132,11 +132,7 @@ def _after_sample(cap: DraftCapture, runner, batch) -> None:
     if not sel:
         return
     with torch.inference_mode():
-        dev = batch.idx_mapping.device
-        rows = torch.tensor(sel, dtype=torch.long)
-        if dev.type == "cuda":  # a pinned source keeps the upload asynchronous
-            rows = rows.pin_memory()
-        rows = rows.to(dev, non_blocking=True)
+        rows = upload_index(sel, batch.idx_mapping.device)
         idx = batch.idx_mapping.index_select(0, rows)
         eids = [req_ids[i] for i in sel]
         if verdict is not None:

@@ -101,6 +101,32 @@ def test_every_section_passes_in_the_interpreter(carried, tmp_path):
     assert s["live"]["status"] == "skipped" and "not installed" in s["live"]["why"]
 
 
+def test_the_shell_run_leaves_at_most_8_files_under_out_none_below_two_folders(carried, tmp_path):
+    """What a lent GPU machine brings back: at most 8 files, no more than two folders below
+    $OUT. `scripts/gpu_check.sh run` leaves the JSON and one bundle there; the sections' own
+    files (the estimator check's output, the capture shards) are inside the bundle."""
+    import tarfile
+
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [str(REPO / "scripts" / "gpu_check.sh"), "run", "--cpu", "--vllm-src", str(carried),
+         "--only", "env,estimator,capture"],
+        capture_output=True, text=True, timeout=900,
+        env=os.environ | {"OUT": str(out), "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+    assert 0 < len(files) <= 8, files
+    assert all(len(p.parts) <= 3 for p in files), files  # <= two folders, then the file
+    assert sorted(map(str, files)) == ["gpu_check-files.tar.gz", "gpu_check.json"]
+    with tarfile.open(out / "gpu_check-files.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"env.json", "estimator.json", "capture.json", "estimator/summary.json"} <= names
+    assert any(n.startswith("capture/") and n.endswith(".capture.parquet") for n in names)
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["passed"] and report["bundle_left_out"] == []
+
+
 def test_a_broken_section_leaves_the_others_figures(carried, tmp_path):
     """A GPU machine gets one try: a section that cannot load its vLLM file is recorded as
     broken with the reason, the run goes on, and the JSON holds every section."""

@@ -26,9 +26,10 @@ pytestmark = pytest.mark.slow
 OLD_HOMES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
 
 
-def test_cli_preflight_passes_every_seed_pair_against_033(gpu_vllm_python, seed_checkpoints):
-    """`avbench preflight --pair P ...` exactly as a user runs it on a GPU machine."""
-    cmd = [sys.executable, "-m", "avbench.cli", "preflight", "--vllm-python", str(gpu_vllm_python)]
+def test_cli_preflight_passes_every_seed_pair_against_033(gpu_standin_python, seed_checkpoints):
+    """`avbench preflight --pair P ...` exactly as a user runs it on a GPU machine (the GPU's
+    answers stood in for: tests/rehearsal/test_av_start_033.py)."""
+    cmd = [sys.executable, "-m", "avbench.cli", "preflight", "--vllm-python", str(gpu_standin_python)]
     for name in SEED_PAIRS:
         cmd += ["--pair", name]
     res = subprocess.run(
@@ -38,8 +39,10 @@ def test_cli_preflight_passes_every_seed_pair_against_033(gpu_vllm_python, seed_
     ok = res.stdout.strip().splitlines()[-1]
     assert ok.startswith("pre-flight ok: ") and f"of {len(SEED_PAIRS)} pair(s)" in ok, ok
     assert "with vllm 0.33.0's vllm.entrypoints.common.cli_args" in ok, ok
-    # Only the estimator-instead-of-head AV arm: 0.33 has no switch for it.
-    assert "(1 arm(s) unsupported here" in ok, ok
+    # The estimator-instead-of-head AV arm (0.33 has no switch for it) and Inkling's, whose
+    # short-conv backend 0.33's own start-up check refuses.
+    assert "(2 arm(s) unsupported here" in ok, ok
+    assert "pair inkling-mtp, arm av-k3: unsupported: av-k3: vllm 0.33.0 refuses" in res.stdout
 
 
 def test_a_preflight_that_finds_no_parser_fails_in_one_line(gpu_vllm_python, monkeypatch):

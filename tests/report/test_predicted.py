@@ -78,7 +78,8 @@ def test_an_adaptive_run_shows_each_verdict_with_what_it_rests_on(run_factory, t
          "state": "inside noise", "margin": 0.02, "contenders": ["static-k1"],
          "rests_on_prediction": True},
     ]  # fmt: skip
-    state = {"rounds": [{"round": 0, "cells": ["a", "b"], "seconds": 50.0},
+    state = {"policy": {}, "sweep": {"name": "s"},
+             "rounds": [{"round": 0, "cells": ["a", "b"], "seconds": 50.0},
                         {"round": 1, "standings": standings}],
              "status": "inside noise", "server_seconds": 50.0}  # fmt: skip
     (store.root / "adaptive.json").write_text(json.dumps(state))
@@ -88,4 +89,11 @@ def test_an_adaptive_run_shows_each_verdict_with_what_it_rests_on(run_factory, t
     assert "| c=4 | no speculation | inside noise | +2.0% | static-k1 | a prediction |" in md
     (store.root / "adaptive.json").write_text('{"rounds": [')  # torn: said, not a traceback
     md = write_report([store.root], static_figures=False).markdown.read_text()
-    assert "unreadable adaptive state" in md and "| c=1 | static K=1" not in md
+    assert "adaptive.json: not an adaptive state file (not JSON" in md
+    assert "| c=1 | static K=1" not in md
+    # Read through the store's typed AdaptiveRecord: a field of the wrong type is named in
+    # one line (read by hand, the page raised formatting "x" as a percentage).
+    standings[0]["margin"] = "x"
+    (store.root / "adaptive.json").write_text(json.dumps(state))
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "not an adaptive state file (rounds.1.standings.0.margin: " in md

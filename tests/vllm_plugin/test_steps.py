@@ -154,3 +154,26 @@ def test_v2_verdict_follows_the_input_batch_order_and_av_budget(tmp_path):
     assert (step["drafts"], step["verified"]) == (4, 3)
     assert step["draft_ms"] is not None and step["draft_pos_ms"] is None
     cap.close()
+
+
+def test_the_v2_accepted_count_index_goes_to_a_gpu_from_pinned_memory(monkeypatch):
+    """On CUDA a host-to-device copy from pageable memory is staged synchronously whatever
+    non_blocking says: the step capture's index upload would block the host inside every
+    step. It is pinned first, as the drafts capture's rows are. CUDA stood in for: the index
+    is a CPU tensor whose pin_memory and to() record what they were asked (no GPU here), and
+    num_sampled a stand-in on device "cuda"; _Accepted (the device-to-host copy) is not run."""
+    from avbench.vllm_plugin import steps as steps_mod
+
+    asked: list = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: asked.append("pin") or self)
+
+    def to(self, device, non_blocking=False):
+        asked.append(("to", str(device), non_blocking))
+        return self
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    monkeypatch.setattr(steps_mod, "_Accepted", lambda num_sampled, rows: rows)
+    step = SimpleNamespace(batch_ids=["a", "b", "c"], spec={"a": 3, "c": 3}, acc=None)
+    steps_mod._verdict_v2(step, SimpleNamespace(device=torch.device("cuda")))
+    assert asked == ["pin", ("to", "cuda", True)]
+    assert step.acc.tolist() == [0, 2]  # the rows with drafts, in the batch's order

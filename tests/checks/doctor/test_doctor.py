@@ -124,6 +124,30 @@ def test_missing_plugin(tmp_path, monkeypatch):
     assert exit_code(checks) == 1
 
 
+def test_a_pair_needing_more_gpus_than_the_machine_has_is_a_problem(tmp_path):
+    """mimo-dflash serves at TP 4: on a machine with fewer GPUs, vLLM fails at start; doctor
+    says so first (this CPU machine has none), and counts only the GPUs a server would see."""
+    from avbench.checks.doctor import gpu_count_check, visible_gpus
+    from avbench.inputs.suite import load_suite
+
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "doctor", "--pair", "mimo-dflash",
+         "--sweep", "nightly", "--results", str(tmp_path)],
+        capture_output=True, text=True, env=os.environ | {"COLUMNS": "400"}, timeout=900,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    (line,) = [x for x in res.stdout.splitlines() if " gpu count:" in x]
+    assert line.startswith(
+        "problem gpu count: pair mimo-dflash needs 4 GPUs per server (TP 4 x PP 1 x DP 1); "
+        "this machine has 0 visible"
+    ), line
+    mimo = load_suite().pair("mimo-dflash")
+    one = ["NVIDIA H100 80GB HBM3, 81559 MiB, 580.65"]
+    assert gpu_count_check(mimo, visible_gpus(one, {})).status == "problem"
+    assert gpu_count_check(mimo, visible_gpus(one * 4, {})).status == "ok"
+    assert visible_gpus(one * 8, {"CUDA_VISIBLE_DEVICES": "0,1"}) == 2
+
+
 def test_driver_check_knows_what_cuda_13_needs():
     """vLLM 0.33.0 (the GPU extra) is a CUDA 13 build: a driver of branch 580 or newer."""
     from avbench.checks.doctor import driver_check

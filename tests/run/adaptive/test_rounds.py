@@ -9,7 +9,6 @@ from avbench.analysis.adaptive import Uncertainty, Wanted
 from avbench.inputs.suite import load_suite
 from avbench.plan.cells import Arm, arms_for, build_plan
 from avbench.run.adaptive import (
-    STATE_FILE,
     AdaptivePolicy,
     AdaptiveState,
     AdaptiveStopped,
@@ -17,6 +16,7 @@ from avbench.run.adaptive import (
     cells_for,
     first_round,
 )
+from avbench.store.artefacts import ADAPTIVE
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,24 @@ def test_round_0_is_the_baseline_and_the_max_k_arm_once_with_captures(suite):
     # would not open again (resume validates it).
     assert sweep.schedule is not None and first.schedule is None
     assert type(first).model_validate(first.model_dump()) == first
+
+
+def test_round_0_drafts_as_the_av_arm_it_predicts_when_the_sweep_leaves_the_method_unset(suite):
+    """Issue 30, item 2: a sweep with an AV arm and no draft_sample_method drafts
+    probabilistically on every speculative arm; round 0 drops the AV arm but its static arm
+    must still draft that way (AV's OFF twin), or it measures greedy drafting and V2's drafts
+    capture (probabilistic only) records no confidences to predict AV from."""
+    pair = suite.pair("tiny-gpu")
+    sweep = suite.sweep("nightly").model_copy(update={"pairs": [], "attention_backend": None})
+    assert sweep.draft_sample_method is None and "av" in sweep.arms
+    assert sweep.draft_method == "probabilistic"
+    first = first_round(pair, sweep)
+    assert "av" not in first.arms and first.draft_method == "probabilistic"
+    from avbench.serving.server import speculative_config
+
+    static = next(a for a in arms_for(pair, first) if a.kind == "static")
+    twin = speculative_config(pair, Arm("av", static.k), sweep)
+    assert speculative_config(pair, static, first)["draft_sample_method"] == twin["draft_sample_method"]
 
 
 def test_the_predicted_arms_are_the_smaller_static_k_and_av_only_where_it_runs(suite):
@@ -70,8 +88,8 @@ def test_the_state_file_round_trips_and_a_bad_one_is_one_line(tmp_path):
     state.write(tmp_path)
     back = AdaptiveState.read(tmp_path)
     assert (back.policy, back.sweep, back.cells, back.seconds) == (policy, {"name": "s"}, 2, 3.5)
-    assert json.loads((tmp_path / STATE_FILE).read_text())["server_seconds"] == 3.5
-    (tmp_path / STATE_FILE).write_text('{"policy": {"uncertainty": 1}}')
+    assert json.loads((tmp_path / ADAPTIVE).read_text())["server_seconds"] == 3.5
+    (tmp_path / ADAPTIVE).write_text('{"policy": {"uncertainty": 1}}')
     with pytest.raises(AdaptiveStopped, match="not an adaptive state file"):
         AdaptiveState.read(tmp_path)
     with pytest.raises(AdaptiveStopped, match="not an adaptive run"):

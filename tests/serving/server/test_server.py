@@ -131,6 +131,26 @@ def test_early_exit_reports_code_and_log(tmp_path):
     assert not os.path.exists(f"/proc/{server.pgid}") if server.pgid else True
 
 
+def test_a_server_a_signal_ends_before_ready_names_the_signal_and_its_usual_cause(tmp_path):
+    """Seen once on a 2-core machine: every speculative T = 1 arm died before ready with exit
+    code -4. The stand-in kills itself with SIGILL as an instruction the CPU lacks would."""
+    import signal
+
+    code = "import os, signal; print('loading', flush=True); os.kill(os.getpid(), signal.SIGILL)"
+    server = _proc(tmp_path, code, timeout=30)
+    with server:
+        with pytest.raises(ServerError) as exc:
+            server.wait_ready()
+        assert server.exit_text.startswith("code -4 (SIGILL: ")  # as a dead arm's cells say
+    said = str(exc.value)
+    assert said.startswith("vLLM exited with code -4 (SIGILL: an instruction this CPU does not")
+    assert "before becoming ready" in said and "loading" in said
+    from avbench.serving.server import describe_exit
+
+    assert describe_exit(3) == "code 3"
+    assert describe_exit(-signal.SIGKILL).startswith("code -9 (SIGKILL: killed outright")
+
+
 # A stand-in for vLLM's shape: an API server whose child (EngineCore's place) ignores SIGTERM.
 _STUBBORN_SERVER = (
     "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
