@@ -1,4 +1,5 @@
-"""Cost curves from captured engine steps, turned into tables by vLLM's own builder.
+"""AV's cost tables: cost curves from captured engine steps, turned into tables by vLLM's own
+builder, for vLLM's budget rule (the replay's step time is priced by ``step_costs``).
 
 - verify cost (ms) against the tokens in the target's forward: ``forward_ms + sample_ms`` of
   every captured step (baseline and speculative arms alike), median per token count;

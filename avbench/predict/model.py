@@ -1,18 +1,18 @@
 """The predictor: one measured speculative cell replayed as another arm would have run it.
 
-Pure: a cell's captured steps and verify events plus cost tables in, predicted metrics out; no
-server, no files. What it assumes (docs/predict.md):
+Pure: a cell's captured steps and verify events plus step costs (and, for AV, vLLM's cost
+tables) in, predicted metrics out; no server, no files. What it assumes (docs/predict.md):
 
 - drafts and labels of a shorter arm are prefixes of the longer arm's, in distribution: the
   draft for an output position is accepted whatever K the arm runs, so a K' arm's step from a
   position accepts min(K', the run of accepted positions there); AV, decided batch-wide per
   step, keeps min(accepted, admitted) of each measured step;
 - batch composition follows the measured arm: the same requests share the same steps, and a
-  step that yields fewer tokens is repeated (its time scales by tokens measured / predicted);
-- a step's time changes only by the modelled costs: the draft cost of the positions drafted and
-  the verify cost of the tokens in the forward (cost tables); the rest of the step (scheduler,
-  output processing) stays as measured, and idle time (the batch emptied, waiting for the
-  client) is not stretched;
+  step that yields fewer tokens is repeated (its decode work scales by tokens measured /
+  predicted; its prefill work happens once);
+- a step's time changes only through its parts' modelled costs (``step_costs``: the forward
+  and sampling of the drafts verified, the drafter's first pass and positions, the rest's share
+  per draft); idle time (the batch emptied, waiting for the client) is not stretched;
 - the predicted figures are the measured ones times the modelled ratio (tok/s/GPU by the
   cell's time ratio, each request's TPOT by its own), so what the model leaves out cancels.
 
