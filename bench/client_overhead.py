@@ -43,8 +43,8 @@ def _pin(cpu: int | None) -> None:
 
 # ---------------------------------------------------------------- children (one per client run)
 def child_avbench(a: argparse.Namespace) -> dict:
+    from avbench.inputs.request import EndpointConfig, SamplingParams
     from avbench.loadgen.client import Load, run_drive
-    from avbench.loadgen.config import EndpointConfig, SamplingParams
     from avbench.workloads.base import Conversation
 
     ep = EndpointConfig(base_url=a.url, model="fake-model", api="completions")

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 def _schedule(text: str | None) -> Any:
     if text is None or text == "recommend":
         return "recommend"
-    from avbench.plan.schedule import validate_schedule
+    from avbench.inputs.schedule import validate_schedule
 
     try:
         return validate_schedule(json.loads(text))

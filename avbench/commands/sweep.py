@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from avbench.inputs.suite import Pair, Sweep
+    from avbench.inputs.workload import WorkloadSpec
     from avbench.plan.cells import Arm
     from avbench.run.progress import RichReporter
     from avbench.run.runner import SweepOptions, SweepOutcome
-    from avbench.workloads.spec import WorkloadSpec
 
 SEQUENTIAL = "Sequential cells: "
 Opt = typer.Option
@@ -406,9 +406,8 @@ Setup = tuple["Pair", "Sweep", "dict[str, WorkloadSpec]", Path | None]
 def _attached(req: SweepRequest) -> Setup:
     """Attached with no suite file: an in-memory pair and sweep."""
     from avbench.commands.resolve import merge_sequential
-    from avbench.inputs.suite import all_workloads
     from avbench.serving.attach import AttachedServer, Lengths, attached_setup
-    from avbench.workloads.registry import builtin_workloads
+    from avbench.workloads.registry import all_workloads, builtin_workloads
 
     assert req.endpoint is not None
     update = req.sweep_update()

@@ -233,11 +233,11 @@ def load_live_run(run_dir: Path) -> LiveRun:
 def cell_messages(run: LiveRun) -> dict[str, list[list[dict[str, str]]]]:
     """Each cell's measured conversations as the sweep sent them (same loader, spec, order and
     warmup split as the runner), as chat messages."""
+    from avbench.inputs.workload import WorkloadSpec
     from avbench.run.cell_run import select_conversations
     from avbench.store.artefacts import SweepManifest
     from avbench.store.run_store import RunStore
     from avbench.workloads.registry import LoadedWorkload, load_workload
-    from avbench.workloads.spec import WorkloadSpec
     from avbench.workloads.tokens import messages_for
 
     manifest = RunStore.open(run.run_dir).read_manifest()

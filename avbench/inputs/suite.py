@@ -23,9 +23,9 @@ from pydantic import (
 from avbench.assets import derived
 from avbench.errors import AvbenchError, SuiteError
 from avbench.inputs import checkpoints
-from avbench.loadgen.config import MAX_SECONDS, SamplingParams, Timeouts
-from avbench.plan.schedule import validate_schedule
-from avbench.workloads.spec import WorkloadSpec
+from avbench.inputs.request import MAX_SECONDS, SamplingParams, Timeouts
+from avbench.inputs.schedule import validate_schedule
+from avbench.inputs.workload import WorkloadSpec
 
 # Prefix in pair files that resolves to the package's embedded assets (the tiny pair).
 ASSET_PREFIX = "@assets/"
@@ -383,10 +383,3 @@ def load_suite(root: Path | None = None) -> Suite:
                         f"{name!r} (defined: {', '.join(sorted(pairs))})"
                     )
     return Suite(pairs=pairs, workloads=workloads, sweeps=sweeps, root=root)
-
-
-def all_workloads(root: Path | None = None) -> dict[str, WorkloadSpec]:
-    """Built-in workloads, then the suite files' (which win on a shared name)."""
-    from avbench.workloads.registry import builtin_workloads
-
-    return builtin_workloads() | load_suite(root).workloads

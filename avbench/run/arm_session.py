@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from avbench.errors import AvbenchError, StoreError
+from avbench.loadgen.records import RequestRecord
 from avbench.plan.cells import Arm, Cell
 from avbench.run.cell_run import (
     CellContext,
@@ -27,7 +28,6 @@ from avbench.serving.capture import file_cell
 from avbench.serving.server import redact
 from avbench.store.cellrow import ProvenancePart
 from avbench.store.failures import CellFailure, FailureKind
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 if TYPE_CHECKING:

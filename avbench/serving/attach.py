@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from avbench.errors import AvbenchError
 from avbench.inputs.checks import validation_error
 from avbench.inputs.suite import Pair, Sweep
+from avbench.inputs.workload import WorkloadSpec
 from avbench.plan.cells import Arm
-from avbench.workloads.spec import WorkloadSpec
 
 ATTACHED_PAIR = "attached"
 

@@ -32,8 +32,8 @@ from pydantic import (
 )
 
 from avbench.inputs.suite import Pair, Sweep
+from avbench.inputs.workload import WorkloadSpec
 from avbench.plan.cells import Arm, Cell
-from avbench.workloads.spec import WorkloadSpec
 
 SCHEMA_VERSION = 1
 

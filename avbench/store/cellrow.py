@@ -24,9 +24,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from avbench.errors import AvbenchError
+from avbench.loadgen.records import ERROR_KINDS
 from avbench.metrics import all_definitions
 from avbench.metrics.quality import QUALITY_COLUMNS
-from avbench.store.records import ERROR_KINDS
 
 Number = float | None
 Text = str | None

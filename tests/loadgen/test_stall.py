@@ -13,8 +13,8 @@ import random
 import signal
 import time
 
+from avbench.inputs.request import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.client import DriveHooks, Load, run_drive
-from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.transport import _Conn
 from avbench.serving.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.workloads.base import Conversation

@@ -6,10 +6,10 @@ import json
 import pytest
 from rich.console import Console
 
+from avbench.loadgen.records import RequestRecord
 from avbench.plan.cells import Cell
 from avbench.report.quality import NEAR_TIES, definitions_note, quality_section
 from avbench.report.runs import load_runs
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 

@@ -11,8 +11,8 @@ import signal
 import threading
 import time
 
+from avbench.inputs.request import Timeouts
 from avbench.inputs.suite import load_suite
-from avbench.loadgen.config import Timeouts
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, resume_sweep, start_sweep
 from avbench.serving.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
