@@ -8,7 +8,7 @@ from avbench.metrics import all_definitions
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, start_sweep
 from avbench.serving.attach import AttachedServer, Lengths, attached_setup
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.store.cellrow import (
     CellRow,
     CellRowError,

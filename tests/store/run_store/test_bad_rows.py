@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.testing.cli import run_cli
 
 # Valid JSON, not a row; the last cell row has a column of the wrong type.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from avbench.errors import StoreError
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.store.artefacts import MergedManifest, SweepManifest, dump_manifest
 from avbench.store.run_store import RunStore
 

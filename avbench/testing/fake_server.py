@@ -1,7 +1,4 @@
-"""A small, fast OpenAI-style streaming server: ``avbench serve-fake``, the tests, client benchmarks.
-
-A runtime module, not a test helper: the command ships it, so a user can try the client and
-measure its overhead without vLLM.
+"""A small, fast OpenAI-style streaming server for the tests and the client benchmarks.
 
 It stands in for a vLLM server where the point is the *client*: it speaks the exact streaming
 format vLLM 0.32 sends (role chunk, content chunks, finish chunk, usage chunk, ``[DONE]``, each
@@ -12,7 +9,7 @@ the same system-wide monotonic clock the client uses) so measured times can be c
 Written on raw asyncio streams (uvloop when installed) so that it costs far less per chunk than
 any client it serves. Run it with :func:`serve_in_thread` (tests) or :func:`serve_in_subprocess`
 (benchmarks: the server gets its own process and CPU), or ``python -m
-avbench.serving.stream_server``.
+avbench.testing.fake_server --port 8000`` (``--help``: its options) to try the client by hand.
 
 Faults (per request): ``http_5xx``, ``http_4xx``, ``cut`` (connection closed mid-stream),
 ``stall`` (half the stream, then silence), ``malformed`` (one chunk of broken JSON),
@@ -35,9 +32,9 @@ that reuses the connection just as the server drops it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -54,6 +51,8 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import typer
 
 FAULT_KINDS = (
     "http_5xx",
@@ -722,7 +721,9 @@ def serve_in_subprocess(
     cmd = [
         sys.executable,
         "-m",
-        "avbench.serving.stream_server",
+        "avbench.testing.fake_server",
+        "--port",
+        "0",
         "--config-json",
         json.dumps(asdict(cfg)),
     ]
@@ -756,18 +757,59 @@ def _config_from_json(text: str) -> ServerConfig:
     return ServerConfig(**d)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(
-        description="Fake OpenAI-style streaming server (tests/benchmarks)."
+_MAX_DELAY_MS = 3_600_000.0  # an hour: past it a delay is a typo
+
+cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@cli.command()
+def serve(
+    port: int = typer.Option(8000, help="Port to listen on (0: any free port)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind."),
+    tokens_per_chunk: int = typer.Option(3, min=1, max=1 << 20, help="Tokens in each chunk."),
+    inter_chunk_ms: float = typer.Option(
+        0.0, min=0, max=_MAX_DELAY_MS, help="Delay between chunks (ms)."
+    ),
+    first_token_ms: float = typer.Option(
+        0.0, min=0, max=_MAX_DELAY_MS, help="Delay before the first chunk (ms)."
+    ),
+    model: str = typer.Option("fake-model", help="Model name the server reports."),
+    config_json: str | None = typer.Option(
+        None, help="Every ServerConfig field as JSON (faults, scripts), in place of the above."
+    ),
+    cpus: str | None = typer.Option(None, help="Pin to these CPUs, e.g. 1,2"),
+) -> None:
+    """Serve until Ctrl-C; prints ``PORT <n>`` once listening."""
+    from avbench.errors import AvbenchError
+    from avbench.inputs.checks import check_port
+    from avbench.serving.server import port_holder
+
+    if port != 0:
+        check_port(port)
+    cfg = ServerConfig(
+        model=model,
+        tokens_per_chunk=tokens_per_chunk,
+        inter_chunk_delay_s=inter_chunk_ms / 1e3,
+        first_token_delay_s=first_token_ms / 1e3,
+        record=False,  # by hand the logs would only grow
     )
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--config-json", default="{}", help="ServerConfig fields as JSON")
-    ap.add_argument("--cpus", default=None, help="pin to these CPUs, e.g. 1")
-    a = ap.parse_args(argv)
-    if a.cpus:
-        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
-    cfg = _config_from_json(a.config_json)
+    if cpus:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    try:
+        _run(_config_from_json(config_json) if config_json else cfg, host, port)
+    except OSError as exc:  # bind: a busy port, an address this host does not have
+        if exc.errno == errno.EADDRINUSE:
+            holder = port_holder(port)
+            who = f" by pid {holder[0]} ({holder[1][:120]})" if holder else ""
+            raise AvbenchError(
+                f"--port {port}: already in use on {host}{who}; pass another --port (0: any)"
+            ) from None
+        raise AvbenchError(
+            f"--host {host} --port {port}: cannot listen ({exc.strerror or exc})"
+        ) from None
+
+
+def _run(cfg: ServerConfig, host: str, port: int) -> None:
     loop = _new_loop()
     asyncio.set_event_loop(loop)
 
@@ -776,8 +818,10 @@ def main(argv: list[str] | None = None) -> None:
         loop.add_signal_handler(signal.SIGTERM, st.stop.set)
         loop.add_signal_handler(signal.SIGINT, st.stop.set)
 
-    loop.run_until_complete(_serve(cfg, a.host, a.port, ready))
+    loop.run_until_complete(_serve(cfg, host, port, ready))
 
 
 if __name__ == "__main__":
-    main()
+    from avbench.cli import main
+
+    main(cli)
