@@ -139,7 +139,7 @@ def _targets(pair: Pair, sweep: Sweep, source: Arm, av_runs: bool) -> tuple[str,
 
 def _points(store: RunStore) -> pd.DataFrame:
     """Pooled points of the measured cells and, for arm × load not measured, the predicted."""
-    from avbench.predict.run import read_predicted
+    from avbench.predict.predicted import read_predicted
 
     measured = list(store.finished_cells().values())
 
@@ -154,7 +154,7 @@ def _points(store: RunStore) -> pd.DataFrame:
 
 
 def _standings(store: RunStore, state: AdaptiveState, pair: Pair, av_runs: bool) -> list[Standing]:
-    from avbench.predict.run import PredictRequest, predict_run
+    from avbench.predict.predicted import PredictRequest, predict_run
 
     sweep = Sweep.model_validate(state.sweep)
     source = _max_k_arm(pair, sweep)

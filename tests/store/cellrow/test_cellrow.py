@@ -8,7 +8,6 @@ from avbench.metrics import all_definitions
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, start_sweep
 from avbench.serving.attach import AttachedServer, Lengths, attached_setup
-from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.store.cellrow import (
     CellRow,
     CellRowError,
@@ -18,6 +17,7 @@ from avbench.store.cellrow import (
     validate_row,
 )
 from avbench.store.run_store import RunStore
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.workloads.registry import builtin_workloads
 
 REPO = Path(__file__).resolve().parents[3]
