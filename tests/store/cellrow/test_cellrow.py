@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from avbench.inputs.suite import SweepUpdate
 from avbench.metrics import all_definitions
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, start_sweep
@@ -38,9 +39,9 @@ def test_rows_of_a_real_sweep_validate_with_every_column_defined(tmp_path):
     with serve_in_thread(ServerConfig(model="m")) as srv:
         pair, sweep, specs = attached_setup(
             AttachedServer(srv.base_url, arm="static-k2"),
-            sweep_fields={"workloads": ["mt-bench"], "concurrencies": [2], "warmup": 0,
-                          "min_requests": 3, "requests_per_concurrency": 1},
-            sampling={"max_tokens": 8, "temperature": 0.0},
+            update=SweepUpdate(workloads=["mt-bench"], concurrencies=[2], warmup=0,
+                               min_requests=3, requests_per_concurrency=1,
+                               sampling={"max_tokens": 8, "temperature": 0.0}),
             workloads=builtin_workloads(),
             lengths=Lengths(),
         )  # fmt: skip
