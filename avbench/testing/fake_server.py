@@ -51,8 +51,11 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import typer
+
+from avbench.commands.request import Request, command
 
 FAULT_KINDS = (
     "http_5xx",
@@ -760,43 +763,55 @@ def _config_from_json(text: str) -> ServerConfig:
 _MAX_DELAY_MS = 3_600_000.0  # an hour: past it a delay is a typo
 
 cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+Opt = typer.Option
+
+
+class ServeRequest(Request):
+    """What ``python -m avbench.testing.fake_server`` was asked."""
+
+    port: Annotated[int, Opt(help="Port to listen on (0: any free port).")] = 8000
+    host: Annotated[str, Opt(help="Address to bind.")] = "127.0.0.1"
+    tokens_per_chunk: Annotated[int, Opt(min=1, max=1 << 20, help="Tokens in each chunk.")] = 3
+    inter_chunk_ms: Annotated[
+        float, Opt(min=0, max=_MAX_DELAY_MS, help="Delay between chunks (ms).")
+    ] = 0.0
+    first_token_ms: Annotated[
+        float, Opt(min=0, max=_MAX_DELAY_MS, help="Delay before the first chunk (ms).")
+    ] = 0.0
+    model: Annotated[str, Opt(help="Model name the server reports.")] = "fake-model"
+    config_json: Annotated[
+        str | None,
+        Opt(help="Every ServerConfig field as JSON (faults, scripts), in place of the above."),
+    ] = None
+    cpus: Annotated[str | None, Opt(help="Pin to these CPUs, e.g. 1,2")] = None
+
+    def config(self) -> ServerConfig:
+        if self.config_json:
+            return _config_from_json(self.config_json)
+        return ServerConfig(
+            model=self.model,
+            tokens_per_chunk=self.tokens_per_chunk,
+            inter_chunk_delay_s=self.inter_chunk_ms / 1e3,
+            first_token_delay_s=self.first_token_ms / 1e3,
+            record=False,  # by hand the logs would only grow
+        )
 
 
 @cli.command()
-def serve(
-    port: int = typer.Option(8000, help="Port to listen on (0: any free port)."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind."),
-    tokens_per_chunk: int = typer.Option(3, min=1, max=1 << 20, help="Tokens in each chunk."),
-    inter_chunk_ms: float = typer.Option(
-        0.0, min=0, max=_MAX_DELAY_MS, help="Delay between chunks (ms)."
-    ),
-    first_token_ms: float = typer.Option(
-        0.0, min=0, max=_MAX_DELAY_MS, help="Delay before the first chunk (ms)."
-    ),
-    model: str = typer.Option("fake-model", help="Model name the server reports."),
-    config_json: str | None = typer.Option(
-        None, help="Every ServerConfig field as JSON (faults, scripts), in place of the above."
-    ),
-    cpus: str | None = typer.Option(None, help="Pin to these CPUs, e.g. 1,2"),
-) -> None:
+@command(ServeRequest)
+def serve(req: ServeRequest) -> None:
     """Serve until Ctrl-C; prints ``PORT <n>`` once listening."""
     from avbench.errors import AvbenchError
     from avbench.inputs.checks import check_port
     from avbench.serving.server import port_holder
 
+    port, host = req.port, req.host
     if port != 0:
         check_port(port)
-    cfg = ServerConfig(
-        model=model,
-        tokens_per_chunk=tokens_per_chunk,
-        inter_chunk_delay_s=inter_chunk_ms / 1e3,
-        first_token_delay_s=first_token_ms / 1e3,
-        record=False,  # by hand the logs would only grow
-    )
-    if cpus:
-        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    if req.cpus:
+        os.sched_setaffinity(0, {int(c) for c in req.cpus.split(",")})
     try:
-        _run(_config_from_json(config_json) if config_json else cfg, host, port)
+        _run(req.config(), host, port)
     except OSError as exc:  # bind: a busy port, an address this host does not have
         if exc.errno == errno.EADDRINUSE:
             holder = port_holder(port)
