@@ -26,8 +26,7 @@ app = typer.Typer(
 # Command groups, one module each under avbench/commands/ (registered if present).
 _COMMAND_MODULES = (
     "pairs", "plan", "sweep", "report", "recommend", "workloads", "trace", "lossless", "tables",
-    "loadgen", "doctor", "preflight", "compare", "merge", "estimator", "quality", "predict",
-    "sanity",
+    "doctor", "preflight", "compare", "merge", "estimator", "quality", "predict", "sanity",
 )  # fmt: skip
 
 for _name in _COMMAND_MODULES:
@@ -58,14 +57,15 @@ def _secrets_in_use() -> list[str]:
     return [k for k in keys if k]
 
 
-def main() -> None:
+def main(typer_app: typer.Typer = app) -> None:
     """Exit codes (README): 0 ok, 1 cells failed, 2 bad input, 3 unsupported arm with
-    --strict, 4 internal error (traceback saved), 130 interrupted."""
+    --strict, 4 internal error (traceback saved), 130 interrupted. ``typer_app``: another
+    command line run the same way (the test helpers' fake server)."""
     # typer (>= 0.26) vendors click as typer._click: its usage errors are raised from there.
     from typer._click.exceptions import NoArgsIsHelpError
 
     try:
-        code = app(standalone_mode=False)  # usage errors come here, printed as one line
+        code = typer_app(standalone_mode=False)  # usage errors come here, printed as one line
     except NoArgsIsHelpError as exc:  # `avbench` alone: the help (rich printed it already)
         if exc.format_message().strip():
             print(exc.format_message(), file=sys.stderr)

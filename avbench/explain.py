@@ -23,9 +23,9 @@ import numpy as np
 
 from avbench.errors import AvbenchError
 from avbench.inputs.suite import Pair
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics.quality import Output, fill_identity, first_difference, identity_applies
 from avbench.store.artefacts import SweepManifest
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 

@@ -1,6 +1,6 @@
 """How much the load client costs, and how well it keeps time: avbench vs vLLM's own client.
 
-Both clients stream from the same local fake server (avbench/serving/stream_server.py, which
+Both clients stream from the same local fake server (avbench/testing/fake_server.py, which
 writes vLLM 0.32's exact chunk format), the client pinned to one CPU and the server to another.
 Per concurrency, two phases:
 
@@ -43,8 +43,8 @@ def _pin(cpu: int | None) -> None:
 
 # ---------------------------------------------------------------- children (one per client run)
 def child_avbench(a: argparse.Namespace) -> dict:
+    from avbench.inputs.request import EndpointConfig, SamplingParams
     from avbench.loadgen.client import Load, run_drive
-    from avbench.loadgen.config import EndpointConfig, SamplingParams
     from avbench.workloads.base import Conversation
 
     ep = EndpointConfig(base_url=a.url, model="fake-model", api="completions")
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         Path(a.out).write_text(json.dumps(out))
         return
 
-    from avbench.serving.stream_server import ServerConfig, serve_in_subprocess
+    from avbench.testing.fake_server import ServerConfig, serve_in_subprocess
 
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     cpus = sorted(os.sched_getaffinity(0)) if ncpu > 1 else [None, None]

@@ -29,12 +29,11 @@ from pathlib import Path
 
 def serve_and_measure(capture: bool, args, tmp: Path) -> tuple[float, int, int]:
     """(output tokens/s, output tokens, captured rows) for one server."""
-    from avbench.inputs.suite import all_workloads
+    from avbench.inputs.request import EndpointConfig, SamplingParams
     from avbench.loadgen.client import Load, run_drive
-    from avbench.loadgen.config import EndpointConfig, SamplingParams
     from avbench.serving.capture import read_captured, wait_flushed
     from avbench.testing.tiny_server import tiny_capture_server
-    from avbench.workloads.registry import load_workload
+    from avbench.workloads.registry import all_workloads, load_workload
 
     cap = tmp / f"capture-{time.monotonic_ns()}"
     if capture:

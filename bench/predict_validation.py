@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from avbench.predict.run import PredictRequest, predict_run
+from avbench.predict.predicted import PredictRequest, predict_run
 from avbench.report.tables import prediction_table
 
 

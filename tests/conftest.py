@@ -14,10 +14,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def serve_fake():
-    """`avbench serve-fake` in its own process (2 tokens a chunk, 1 ms apart); yields its URL."""
+def fake_server():
+    """The fake streaming server (``avbench.testing.fake_server``) in its own process, 2 tokens
+    a chunk, 1 ms apart; yields its URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "avbench.cli", "serve-fake", "--port", "0",
+        [sys.executable, "-m", "avbench.testing.fake_server", "--port", "0",
          "--tokens-per-chunk", "2", "--inter-chunk-ms", "1"],
         stdout=subprocess.PIPE,
         text=True,

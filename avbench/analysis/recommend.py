@@ -27,7 +27,7 @@ from typing import Literal
 import pandas as pd
 
 from avbench.analysis.points import burst_delivered
-from avbench.plan.schedule import Schedule, schedule_from_best_k
+from avbench.inputs.schedule import Schedule, schedule_from_best_k
 
 Verdict = Literal["AV", "schedule", "no speculation"]
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import httpx
 
 from avbench.errors import AvbenchError, ServerError
+from avbench.inputs.request import SamplingParams
 from avbench.inputs.suite import Pair, Sweep, load_suite
-from avbench.loadgen.config import SamplingParams
 from avbench.metrics.prometheus import SpecDecodeCounters, delta, parse_counters
 from avbench.plan.cells import Arm
 from avbench.serving.server import (

@@ -17,7 +17,7 @@ class EstimatorShowRequest(Request):
 @command(EstimatorShowRequest)
 def show(req: EstimatorShowRequest) -> None:
     """Print each cell's refit range, coefficient trajectory and final coefficients."""
-    from avbench.serving.capture import render_estimator
+    from avbench.report.refits import render_estimator
 
     typer.echo(render_estimator(req.run))
 

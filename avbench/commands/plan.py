@@ -22,14 +22,11 @@ from avbench.commands.request import (
 from avbench.errors import AvbenchError
 
 if TYPE_CHECKING:
-    import pandas as pd
     from rich.console import Console
 
-    from avbench.analysis.adaptive import Wanted
     from avbench.commands.resolve import Resolved
-    from avbench.plan.cells import Arm, Cell
-    from avbench.plan.cost import PlanWork
-    from avbench.store.artefacts import RunManifest
+    from avbench.plan.cells import Cell
+    from avbench.plan.cost import PlanWork, PreviousRun
 
 
 class PlanRequest(Request):
@@ -137,10 +134,19 @@ def print_plan_work(console: Console, view: PlanView) -> None:
     """`avbench plan`'s second half: each arm's server command, then the work and its time."""
     import shlex
 
+    from avbench.checks.runnable import arm_commands
     from avbench.inputs import checkpoints
+    from avbench.plan.cost import plan_work, workload_turns
 
-    work = _plan_work(view)
-    pair = view.resolved.pair
+    pair, sweep = view.resolved.pair, view.resolved.sweep
+    runnable = arm_commands(pair, sweep, list(dict.fromkeys(c.arm for c in view.cells)), view.python)
+    work = plan_work(
+        view.cells,
+        max_tokens=sweep.sampling.max_tokens,
+        turns=workload_turns(view.resolved.suite.workloads, sweep.workloads),
+        commands=runnable.commands,
+        unsupported=runnable.unsupported,
+    )
     console.print("server command per arm (port chosen at run time):")
     for a in work.arms:
         note = f"  [unsupported here, not started: {a.unsupported}]" if a.unsupported else ""
@@ -166,89 +172,22 @@ def print_plan_work(console: Console, view: PlanView) -> None:
         _print_adaptive(console, view, work, prev)
 
 
-def _plan_work(view: PlanView) -> PlanWork:
-    """Each arm's server command (and why this vLLM cannot run it), and the work."""
-    from avbench.errors import UnsupportedArm
-    from avbench.plan.cells import Arm
-    from avbench.plan.cost import plan_work
-    from avbench.serving.server import build_command, check_arm_supported, probe_vllm
-
-    pair, sweep = view.resolved.pair, view.resolved.sweep
-    try:
-        install = probe_vllm(view.python)
-    except AvbenchError:
-        install = None
-    commands: dict[str, list[str] | None] = {}
-    unsupported: dict[str, str] = {}
-    av: list[Arm] = []
-    for name in dict.fromkeys(c.arm for c in view.cells):
-        arm = Arm.parse(name)
-        commands[name] = build_command(pair, arm, port=8000, python=view.python, sweep=sweep)
-        if install is not None and install.distribution is not None:
-            try:
-                check_arm_supported(pair, arm, install)
-                av += [arm] if arm.kind == "av" else []
-            except UnsupportedArm as exc:
-                unsupported[name] = str(exc)
-    if av and install is not None:
-        unsupported |= _refused_at_start(view, av, f"{install.distribution} {install.version}")
-    return plan_work(
-        view.cells,
-        max_tokens=sweep.sampling.max_tokens,
-        turns=_turns(view.resolved),
-        commands=commands,
-        unsupported=unsupported,
-    )
-
-
-def _refused_at_start(view: PlanView, av: list[Arm], vllm: str) -> dict[str, str]:
-    """AV arms this vLLM would refuse at start, by its own start-up checks (none loads a
-    model: avbench.checks.av_start): arm -> reason. Checks that cannot run say nothing."""
-    from avbench.checks.av_start import av_start_checks
-
-    pair, sweep = view.resolved.pair, view.resolved.sweep
-    try:
-        found = av_start_checks([(pair, arm, sweep) for arm in av], view.python)
-    except AvbenchError:
-        return {}
-    return {r.arm: reason for r in found if (reason := r.reason(vllm)) is not None}
-
-
-def _turns(got: Resolved) -> dict[str, int | None]:
-    """The most turns of a conversation per workload; None where it cannot be loaded here."""
-    from avbench.workloads.registry import LOADERS
-
-    turns: dict[str, int | None] = {}
-    for w in got.sweep.workloads:
-        spec = got.suite.workloads[w]
-        try:
-            turns[w] = max(len(c.turns) for c in LOADERS[spec.dataset].load(spec).conversations)
-        except Exception:  # not available here: the bound counts one turn and says so
-            turns[w] = None
-    return turns
-
-
-@dataclass(frozen=True)
-class _PrevRun:
+def _read_prev(root: Path) -> PreviousRun:
     """The --from run, read once: what prices the plan and what the adaptive replay runs on."""
-
-    root: Path
-    cells: pd.DataFrame
-    manifest: RunManifest
-
-
-def _read_prev(root: Path) -> _PrevRun:
+    from avbench.plan.cost import PreviousRun
     from avbench.store.run_store import RunStore
 
     store = RunStore.open(root)
-    return _PrevRun(store.root, store.cells_frame(), store.read_manifest())
+    return PreviousRun(store.root, store.cells_frame(), store.read_manifest().wall_s)
 
 
-def _print_wall_time(console: Console, cells: list[Cell], work: PlanWork, prev: _PrevRun) -> None:
+def _print_wall_time(
+    console: Console, cells: list[Cell], work: PlanWork, prev: PreviousRun
+) -> None:
     from avbench.plan.cost import estimate_wall_time, format_duration
 
     try:
-        est = estimate_wall_time(cells, work, prev.cells, prev.manifest)
+        est = estimate_wall_time(cells, work, prev)
     except ValueError as exc:
         raise AvbenchError(f"--from {prev.root}: {exc}") from None
     console.print(
@@ -259,71 +198,30 @@ def _print_wall_time(console: Console, cells: list[Cell], work: PlanWork, prev: 
     )
 
 
-def _price(cells: list[Cell], work: PlanWork, prev: _PrevRun) -> float:
-    """Seconds for ``cells`` measured as one resume (its own server starts), priced by --from."""
-    from avbench.plan.cost import estimate_wall_time, plan_work
-
-    part = plan_work(
-        cells,
-        max_tokens=0,  # only the server starts count here, not the token bound
-        turns={},
-        commands={a.arm: a.command for a in work.arms},
-        unsupported={a.arm: a.unsupported for a in work.arms if a.unsupported},
-    )
-    return estimate_wall_time(cells, part, prev.cells, prev.manifest).seconds
-
-
 def _print_adaptive(
-    console: Console, view: PlanView, work: PlanWork, prev: _PrevRun | None
+    console: Console, view: PlanView, work: PlanWork, prev: PreviousRun | None
 ) -> None:
     """The adaptive sweep's first round and ceiling; with --from, its rounds replayed there."""
-    from avbench.analysis.adaptive import OPTION_KINDS
-    from avbench.plan.cells import Arm, build_plan
-    from avbench.run.adaptive import cells_for, first_round
+    from avbench.plan.cost import format_duration
+    from avbench.run.adaptive import forecast
 
     pair, sweep = view.resolved.pair, view.resolved.sweep
-    first = build_plan(pair, first_round(pair, sweep))
-    unsupported = {a.arm for a in work.arms if a.unsupported}
-    # The rounds measure the options a verdict picks from (no dyn arm), and what runs here.
-    runnable = [
-        c for c in view.cells if c.arm not in unsupported and Arm.parse(c.arm).kind in OPTION_KINDS
-    ]
+    ahead = forecast(pair, sweep, view.cells, work, prev)
+    first = ahead.first
     console.print(
         f"--adaptive: the first round measures {len(first)} cells "
         f"({', '.join(dict.fromkeys(c.arm for c in first))}, one repeat, step timings and drafts "
         f"captured); later rounds only the cells an undecided verdict wants: between "
-        f"{len(first)} and {len(runnable)} cells in all (docs/adaptive.md)",
+        f"{len(first)} and {ahead.ceiling} cells in all (docs/adaptive.md)",
         markup=False,
     )
-    if prev is None:
+    r = ahead.replayed
+    if prev is None or r is None:
         return
-    from avbench.plan.cost import format_duration
-
-    rounds = _replayed_rounds(view, prev, {c.arm for c in first})
-    later = [cells_for(list(w), pair, sweep) for w in rounds]
-    cells = len(first) + sum(len(r) for r in later)
-    seconds = sum(_price(r, work, prev) for r in [first, *later])
-    fixed = _price(view.cells, work, prev)
     console.print(
         f"--adaptive replayed on run {prev.root.name} (its measured throughput taken as "
-        f"each prediction): {cells} cells in {1 + len(rounds)} round(s), about "
-        f"{format_duration(seconds)}, against the fixed protocol's {len(view.cells)} cells, about "
-        f"{format_duration(fixed)} ({seconds / fixed:.2f}x)",
+        f"each prediction): {r.cells} cells in {r.rounds} round(s), about "
+        f"{format_duration(r.seconds)}, against the fixed protocol's {len(view.cells)} cells, "
+        f"about {format_duration(r.fixed_seconds)} ({r.seconds / r.fixed_seconds:.2f}x)",
         markup=False,
     )
-
-
-def _replayed_rounds(view: PlanView, prev: _PrevRun, first: set[str]) -> list[tuple[Wanted, ...]]:
-    from avbench.analysis.adaptive import Uncertainty, replay
-    from avbench.analysis.points import POOLED, build_points
-
-    frame = prev.cells
-    points = build_points(frame[frame["arm"].isin({c.arm for c in view.cells})])
-    pooled = points[points["workload"] == POOLED]
-    missing = first - set(pooled["arm"])
-    if missing:
-        raise AvbenchError(
-            f"--from {prev.root}: no measured {', '.join(sorted(missing))}: the adaptive "
-            "replay needs the arms of its first round"
-        )
-    return replay(pooled, first, Uncertainty(), view.resolved.sweep.repeats)

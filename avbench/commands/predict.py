@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 def _schedule(text: str | None) -> Any:
     if text is None or text == "recommend":
         return "recommend"
-    from avbench.plan.schedule import validate_schedule
+    from avbench.inputs.schedule import validate_schedule
 
     try:
         return validate_schedule(json.loads(text))
@@ -63,8 +63,8 @@ def _schedule(text: str | None) -> Any:
 @command(PredictRequest)
 def predict(req: PredictRequest) -> None:
     """Replay a measured arm's captures as other arms; store predicted cells beside it."""
-    from avbench.predict.run import PREDICTED_FILE, predict_run
-    from avbench.predict.run import PredictRequest as Replay
+    from avbench.predict.predicted import PREDICTED_FILE, predict_run
+    from avbench.predict.predicted import PredictRequest as Replay
 
     run = req.run
     res = predict_run(
@@ -96,7 +96,7 @@ def predict(req: PredictRequest) -> None:
 
 
 def _compared_text(run: Path, compared: list) -> str:
-    from avbench.predict.run import COMPARED_FILE
+    from avbench.predict.predicted import COMPARED_FILE
     from avbench.report.tables import prediction_table
 
     if not compared:

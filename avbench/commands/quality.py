@@ -28,7 +28,7 @@ def explain(req: ExplainRequest) -> None:
     from dataclasses import asdict
 
     from avbench.explain import explain_run
-    from avbench.report.quality import write_near_ties
+    from avbench.store.near_ties import write_near_ties
 
     run = req.run
     ex = explain_run(run, req.limit)

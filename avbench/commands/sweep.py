@@ -24,11 +24,11 @@ if TYPE_CHECKING:
     from pydantic import SecretStr
     from rich.console import Console
 
-    from avbench.inputs.suite import Pair, Sweep
+    from avbench.inputs.suite import Pair, Sweep, SweepUpdate
+    from avbench.inputs.workload import WorkloadSpec
     from avbench.plan.cells import Arm
     from avbench.run.progress import RichReporter
     from avbench.run.runner import SweepOptions, SweepOutcome
-    from avbench.workloads.spec import WorkloadSpec
 
 SEQUENTIAL = "Sequential cells: "
 Opt = typer.Option
@@ -225,13 +225,14 @@ class SweepRequest(Request):
         }
         return {k: v for k, v in given.items() if v is not None} or None
 
-    def sampling(self) -> dict[str, Any]:
-        return {
+    def sampling(self) -> dict[str, float | int | bool]:
+        given = {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
             "ignore_eos": self.ignore_eos or None,
         }
+        return {k: v for k, v in given.items() if v is not None}
 
     def timeouts(self) -> dict[str, float]:
         given = {
@@ -242,34 +243,35 @@ class SweepRequest(Request):
         }
         return {k: v for k, v in given.items() if v is not None}
 
-    def sweep_update(self) -> dict[str, Any]:
+    def sweep_update(self) -> SweepUpdate:
         """The sweep fields this request sets (None: keep the sweep file's)."""
         from avbench.commands.resolve import load_update
+        from avbench.inputs.suite import SweepUpdate
 
-        update = load_update(self.workloads, self.concurrencies, self.rates, self.k_values)
-        return update | {
+        loads = load_update(self.workloads, self.concurrencies, self.rates, self.k_values)
+        given = {
             "arms": self.arms,
-            "sequential": self.sequential(),
-            **_dyn_update(self.pair, self.schedule_from, self.arms),
             "warmup": self.warmup,
             "min_requests": self.requests,
             "requests_per_concurrency": 1 if self.requests else None,
-            "sampling": self.sampling(),
             "capture": self.capture,
             "draft_fraction": self.draft_fraction,
+            "sequential": self.sequential() or {},
+            "sampling": self.sampling(),
             "timeouts": self.timeouts(),
         }
+        dyn = _dyn_update(self.pair, self.schedule_from, self.arms)
+        return SweepUpdate.model_validate(loads.model_dump() | given | dyn)
 
 
-# What --resume refuses, in the order the refusal names them: the stored plan fixes them.
-RESUME_REFUSES = (
-    "pair", "sweep", "suites", "results", "run_id", "endpoint", "arm", "gpus", "workloads",
-    "concurrencies", "rates", "k_values", "arms", "warmup", "requests", "temperature", "top_p",
-    "max_tokens", "schedule_from", "capture", "draft_fraction", "capture_dir", "model",
-    "tokenizer", "ignore_eos", "input_len", "output_len", "len_range", "request_timeout",
-    "read_timeout", "stall_timeout", "cell_timeout", "target_half_width", "cell_min_requests",
-    "cell_max_requests", "cell_min_time", "cell_max_time",
+# What a resume takes from this invocation: the server's settings on this machine and what to
+# print. Every other option would change the stored plan, so --resume refuses it (a new option
+# is refused until it is listed here).
+RESUME_READS = (
+    "resume", "port", "api_key", "api_key_file", "ready_timeout", "vllm_python", "cpu_seed_fix",
+    "report", "strict", "adaptive", "budget_cells", "budget_s",
 )  # fmt: skip
+RESUME_REFUSES = tuple(f for f in SweepRequest.model_fields if f not in RESUME_READS)
 
 
 def register(app: typer.Typer) -> None:
@@ -405,18 +407,13 @@ Setup = tuple["Pair", "Sweep", "dict[str, WorkloadSpec]", Path | None]
 
 def _attached(req: SweepRequest) -> Setup:
     """Attached with no suite file: an in-memory pair and sweep."""
-    from avbench.commands.resolve import merge_sequential
-    from avbench.inputs.suite import all_workloads
     from avbench.serving.attach import AttachedServer, Lengths, attached_setup
-    from avbench.workloads.registry import builtin_workloads
+    from avbench.workloads.registry import all_workloads, builtin_workloads
 
     assert req.endpoint is not None
-    update = req.sweep_update()
-    sampling = update.pop("sampling")
     pair, sweep, specs = attached_setup(
         AttachedServer(req.endpoint, model=req.model, arm=req.arm, tokenizer=req.tokenizer),
-        sweep_fields=update | {"sequential": merge_sequential(None, req.sequential())},
-        sampling=sampling,
+        update=req.sweep_update(),
         workloads=all_workloads(req.suites) if req.suites else builtin_workloads(),
         lengths=Lengths(req.input_len, req.output_len, req.len_range),
     )

@@ -148,7 +148,7 @@ def trace(req: TraceRequest) -> None:
 
 
 def _trace_against(req: TraceRequest, out: Path) -> None:
-    from avbench.estimator.live_vs_trace import TraceRunOptions, check_live_run, render_live_check
+    from avbench.run.live_check import TraceRunOptions, check_live_run, render_live_check
 
     run = req.against
     assert run is not None

@@ -22,7 +22,7 @@ workloads_app = typer.Typer(
 
 def known_workloads() -> dict:
     """Name → WorkloadSpec for every workload the CLI can resolve."""
-    from avbench.inputs.suite import all_workloads
+    from avbench.workloads.registry import all_workloads
 
     return all_workloads()
 

@@ -154,6 +154,11 @@ def _check_prefix_structure(df: pd.DataFrame, source: str) -> None:
         )
 
 
+def drafts_path(run_dir: Path, cell_id: str) -> Path:
+    """Where a sweep files one cell's captured drafts."""
+    return run_dir / "drafts" / f"{cell_id}{DRAFTS_SUFFIX}"
+
+
 def captured_to_drafts(captured: pd.DataFrame, ids: dict[str, str]) -> pd.DataFrame:
     """The labeled rows of a live capture as a DRAFT_SCHEMA frame of one stream (``ids`` gives
     run_id, pair_id and workload_id)."""

@@ -16,8 +16,7 @@ def load_prompts(workload: str, limit: int, tokenizer: str | Path | None = None)
     ``workload`` is a built-in or suite-defined workload id; ``tokenizer`` is the target's
     directory, used for the input cap.
     """
-    from avbench.inputs.suite import all_workloads
-    from avbench.workloads.registry import load_workload
+    from avbench.workloads.registry import all_workloads, load_workload
 
     specs = all_workloads()
     if workload not in specs:

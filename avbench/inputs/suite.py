@@ -9,7 +9,7 @@ import os
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,9 +23,9 @@ from pydantic import (
 from avbench.assets import derived
 from avbench.errors import AvbenchError, SuiteError
 from avbench.inputs import checkpoints
-from avbench.loadgen.config import MAX_SECONDS, SamplingParams, Timeouts
-from avbench.plan.schedule import validate_schedule
-from avbench.workloads.spec import WorkloadSpec
+from avbench.inputs.request import MAX_SECONDS, SamplingParams, Timeouts
+from avbench.inputs.schedule import validate_schedule
+from avbench.inputs.workload import WorkloadSpec
 
 # Prefix in pair files that resolves to the package's embedded assets (the tiny pair).
 ASSET_PREFIX = "@assets/"
@@ -269,6 +269,55 @@ class Sweep(BaseModel):
         return min(n, self.max_requests) if self.max_requests else n
 
 
+class SweepUpdate(BaseModel):
+    """What a command line sets over a sweep (`avbench sweep`, `avbench plan`): a field left None
+    keeps the sweep's value, and a nested table's given fields replace the sweep's one by one.
+    Checked once merged, as one sweep, so an error names the field as the suite file's would."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workloads: list[str] | None = None
+    concurrencies: list[int] | None = None  # given: a closed loop, the sweep's rates step aside
+    rates: list[float] | None = None
+    k_values: list[int] | None = None
+    arms: list[str] | None = None
+    warmup: int | None = None
+    min_requests: int | None = None
+    requests_per_concurrency: int | None = None
+    capture: list[str] | None = None
+    draft_fraction: float | None = None
+    # --schedule-from: the dyn arm's schedule and the drafting the static arms it comes from ran
+    schedule: list[tuple[int, int, int]] | None = None
+    draft_sample_method: str | None = None
+    attention_backend: str | dict[str, str] | None = None
+    sequential: dict[str, float | int] = {}
+    sampling: dict[str, float | int | bool] = {}
+    timeouts: dict[str, float] = {}
+
+    def over(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A sweep's fields (a suite's sweep dumped, or a new one's) with this update over them."""
+        out = dict(data)
+        for nested in ("sampling", "timeouts"):
+            out[nested] = (out.get(nested) or {}) | getattr(self, nested)
+        out["sequential"] = merge_sequential(out.get("sequential"), self.sequential)
+        if self.concurrencies:
+            out["rates"] = None
+        nested_fields = ("sampling", "timeouts", "sequential")
+        return out | {k: v for k, v in self if k not in nested_fields and v is not None}
+
+
+def merge_sequential(stored: dict | None, given: dict | None) -> dict | None:
+    """The sweep file's sequential setting with the command line's fields over it."""
+    if not given:
+        return stored
+    if stored is None and "target" not in given:
+        raise AvbenchError(
+            "--cell-min-requests/--cell-max-requests/--cell-min-time/--cell-max-time bound "
+            "sequential cells: give --target-half-width too (or a sweep with a `sequential` table)"
+        )
+    return (stored or {}) | given
+
+
 class Suite(BaseModel):
     """Everything defined in one suites directory."""
 
@@ -383,10 +432,3 @@ def load_suite(root: Path | None = None) -> Suite:
                         f"{name!r} (defined: {', '.join(sorted(pairs))})"
                     )
     return Suite(pairs=pairs, workloads=workloads, sweeps=sweeps, root=root)
-
-
-def all_workloads(root: Path | None = None) -> dict[str, WorkloadSpec]:
-    """Built-in workloads, then the suite files' (which win on a shared name)."""
-    from avbench.workloads.registry import builtin_workloads
-
-    return builtin_workloads() | load_suite(root).workloads

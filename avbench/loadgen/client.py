@@ -50,9 +50,9 @@ from typing import Literal
 import httpx
 import msgspec
 
-from avbench.loadgen.config import EndpointConfig, SamplingParams
+from avbench.inputs.request import EndpointConfig, SamplingParams
+from avbench.loadgen.records import RequestRecord
 from avbench.loadgen.transport import FastTransport, MalformedResponseError, Progress
-from avbench.store.records import RequestRecord
 from avbench.workloads.base import Conversation
 
 _perf = time.perf_counter

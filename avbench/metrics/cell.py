@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from avbench.loadgen.records import RequestRecord
+
 # Imported for their registrations (each module adds its metrics to REGISTRY).
 from avbench.metrics import acceptance, latency, throughput  # noqa: F401
 from avbench.metrics.base import (
@@ -19,7 +21,6 @@ from avbench.metrics.base import (
 )
 from avbench.metrics.data import CellData
 from avbench.metrics.prometheus import CounterReset, window_counters
-from avbench.store.records import RequestRecord
 
 # Column order of a row: counts and throughput, then latency, then acceptance.
 _MODULE_ORDER = (throughput.__name__, latency.__name__, acceptance.__name__)

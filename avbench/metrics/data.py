@@ -22,9 +22,9 @@ from itertools import chain
 
 import numpy as np
 
+from avbench.loadgen.records import ERROR_KINDS, RequestRecord
 from avbench.metrics.base import MetricsError
 from avbench.metrics.prometheus import SpecDecodeCounters
-from avbench.store.records import ERROR_KINDS, RequestRecord
 
 # Always reported, 0 when none happened, so every cell has the same columns. The drive's own
 # stops (stalled, deadline) fail the whole cell instead, so they never reach a row.

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from avbench.store.records import RequestRecord
+from avbench.loadgen.records import RequestRecord
 
 # Column -> (unit, definition): the cell-row schema takes them from here.
 QUALITY_COLUMNS: dict[str, tuple[str, str]] = {

@@ -28,8 +28,8 @@ import numpy as np
 
 from avbench.inputs.suite import SequentialMetric as Metric
 from avbench.inputs.suite import StoppingRule
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics.data import output_token_count, tpot_seconds
-from avbench.store.records import RequestRecord
 
 # Few long stretches catch slow drift, many short ones steady the noise estimate: keeping the
 # widest of the three guards against both (docs/measurement.md).

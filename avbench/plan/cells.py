@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from avbench.errors import SuiteError
+from avbench.inputs.schedule import max_k
 from avbench.inputs.suite import MAX_K, Pair, Sweep
-from avbench.plan.schedule import max_k
 
 ArmKind = Literal["baseline", "static", "av", "dyn"]
 SPECULATIVE_KINDS = ("static", "av", "dyn")

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pandas as pd
 
+from avbench.inputs.workload import WorkloadSpec
 from avbench.plan.cells import Cell
-
-if TYPE_CHECKING:
-    from avbench.store.artefacts import RunManifest
+from avbench.workloads.registry import LOADERS
 
 
 @dataclass(frozen=True)
@@ -88,16 +87,18 @@ class WallTime:
     server_start_s: float  # per start, from the previous run
 
 
-def _seconds(iso_start: str | None, iso_end: str | None) -> float | None:
-    if not iso_start or not iso_end:
-        return None
-    return (pd.Timestamp(iso_end) - pd.Timestamp(iso_start)).total_seconds()
+@dataclass(frozen=True)
+class PreviousRun:
+    """A stored run whose measurements price a plan (`avbench plan --from`)."""
+
+    root: Path
+    cells: pd.DataFrame  # its finished cells, one row each
+    wall_s: float | None  # from its start to its end; None when it did not record both
 
 
-def estimate_wall_time(
-    cells: list[Cell], work: PlanWork, prev_cells: pd.DataFrame, prev_manifest: RunManifest
-) -> WallTime:
+def estimate_wall_time(cells: list[Cell], work: PlanWork, previous: PreviousRun) -> WallTime:
     """Price the plan with a previous run's measurements (see the module docstring)."""
+    prev_cells = previous.cells
     if prev_cells.empty or "window_s" not in prev_cells:
         raise ValueError("the previous run has no measured cells")
     prev = prev_cells.assign(
@@ -122,11 +123,38 @@ def estimate_wall_time(
             exact += 1
         total += (c.num_requests + c.warmup) * spr
     # Time the previous run spent outside measured cell time, per server start.
-    prev_wall = _seconds(prev_manifest.started_at, prev_manifest.ended_at)
+    prev_wall = previous.wall_s
     prev_in_cells = float(((prev["num_requests"] + prev["warmup"].fillna(0)) * prev["spr"]).sum())
     prev_starts = prev.groupby(["repeat", "arm"]).ngroups or 1
     per_start = max(0.0, (prev_wall or prev_in_cells) - prev_in_cells) / prev_starts
     return WallTime(total + per_start * work.server_starts, exact, coarse, per_start)
+
+
+def price(cells: list[Cell], work: PlanWork, previous: PreviousRun) -> float:
+    """Seconds for ``cells`` measured as one resume (its own server starts), priced by a
+    previous run; ``work`` gives each arm's command and whether it runs here."""
+    part = plan_work(
+        cells,
+        max_tokens=0,  # only the server starts count here, not the token bound
+        turns={},
+        commands={a.arm: a.command for a in work.arms},
+        unsupported={a.arm: a.unsupported for a in work.arms if a.unsupported},
+    )
+    return estimate_wall_time(cells, part, previous).seconds
+
+
+def workload_turns(
+    specs: dict[str, WorkloadSpec], names: list[str]
+) -> dict[str, int | None]:
+    """The most turns of a conversation per workload; None where it cannot be loaded here."""
+    turns: dict[str, int | None] = {}
+    for w in names:
+        spec = specs[w]
+        try:
+            turns[w] = max(len(c.turns) for c in LOADERS[spec.dataset].load(spec).conversations)
+        except Exception:  # not available here: the bound counts one turn and says so
+            turns[w] = None
+    return turns
 
 
 def _load(row: dict) -> str:

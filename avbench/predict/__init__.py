@@ -2,6 +2,6 @@
 
 ``source`` reads a run's captures, ``curves`` fits the step cost curves (tables built by vLLM's
 own ``build_cost_tables_from_curves``), ``vllm_av`` holds vLLM's AV decision code, ``model`` is
-the pure predictor, ``validate`` compares predictions with measured cells, ``run`` ties them
+the pure predictor, ``validate`` compares predictions with measured cells, ``predicted`` ties them
 together for the command (docs/predict.md).
 """

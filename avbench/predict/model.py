@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from avbench.estimator.online import EstimatorConfig, OnlineEstimator
-from avbench.plan.schedule import Schedule, k_at
+from avbench.inputs.schedule import Schedule, k_at
 from avbench.predict.curves import CostTables
 from avbench.predict.step_costs import StepCosts
 from avbench.predict.vllm_av import BudgetInputs, budget_rule

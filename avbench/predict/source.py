@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from avbench.errors import AvbenchError
+from avbench.loadgen.records import RequestRecord
 from avbench.predict.model import CellReplay, step_times
 from avbench.serving.capture import read_captured, steps_path
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 

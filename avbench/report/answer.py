@@ -9,9 +9,9 @@ import pandas as pd
 from avbench.analysis.points import POOLED, build_points
 from avbench.analysis.recommend import Recommendation, recommend
 from avbench.errors import AvbenchError
+from avbench.inputs.schedule import max_k
 from avbench.inputs.suite import Pair, Sweep
 from avbench.plan.cells import Arm
-from avbench.plan.schedule import max_k
 from avbench.report.runs import RunSet
 from avbench.serving.server import speculative_config
 

@@ -30,7 +30,7 @@ from avbench.analysis.points import (
     views,
 )
 from avbench.errors import StoreFull
-from avbench.plan.schedule import check_dyn
+from avbench.inputs.schedule import check_dyn
 from avbench.report import figures as figs
 from avbench.report import tables
 from avbench.report.answer import answers

@@ -8,9 +8,6 @@ noise are flagged (docs/fair-comparisons.md).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pandas as pd
 
 from avbench.metrics.quality import (
@@ -22,16 +19,7 @@ from avbench.metrics.quality import (
 )
 from avbench.report import tables
 from avbench.store.cellrow import PEER_DIFFERENCES
-
-NEAR_TIES = "near_ties.json"  # written by `avbench quality explain RUN`
-
-
-def write_near_ties(run: Path, found: dict) -> None:
-    """``found`` (summary and ties) beside the run for this section: whole, or the previous
-    file stays as it was (a full disk is one line, not a truncated file)."""
-    from avbench.store.run_store import write_together
-
-    write_together(run, {NEAR_TIES: json.dumps(found, indent=1).encode()})
+from avbench.store.near_ties import read_near_ties
 
 
 def _rows(cells: pd.DataFrame) -> list[dict]:
@@ -42,10 +30,8 @@ def _margins(rs) -> dict[tuple[str, str], list[float]]:
     """(run id, cell id) -> margins at the first differing positions, where measured."""
     out: dict[tuple[str, str], list[float]] = {}
     for run in rs.runs:
-        path = run.store.root / NEAR_TIES
-        if path.is_file():
-            for t in json.loads(path.read_text())["ties"]:
-                out.setdefault((run.run_id, t["cell_id"]), []).append(t["margin"])
+        for t in read_near_ties(run.store.root):
+            out.setdefault((run.run_id, t["cell_id"]), []).append(t["margin"])
     return out
 
 

@@ -168,7 +168,7 @@ def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
 def load_runs(paths: Sequence[Path]) -> RunSet:
     if not paths:
         raise AvbenchError("expected at least one run directory")
-    from avbench.predict.run import read_predicted
+    from avbench.predict.predicted import read_predicted
 
     runs: list[Run] = []
     frames: list[pd.DataFrame] = []

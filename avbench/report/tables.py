@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from avbench.analysis.gain import GainRow, GainTable
 from avbench.analysis.points import POOLED
 from avbench.analysis.recommend import Decision, Recommendation
-from avbench.plan.schedule import DYN_TOLERANCE_TOKENS, DynCheck
+from avbench.inputs.schedule import DYN_TOLERANCE_TOKENS, DynCheck
 
 MISSING = "—"
 

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from avbench.analysis.adaptive import Standing, Uncertainty, Wanted, standings
+from avbench.analysis.adaptive import OPTION_KINDS, Standing, Uncertainty, Wanted, replay, standings
+from avbench.analysis.points import POOLED, build_points
 from avbench.errors import AvbenchError, StoreError
 from avbench.inputs.suite import Pair, Sweep
 from avbench.plan.cells import Arm, Cell, arms_for, build_plan
+from avbench.plan.cost import PlanWork, PreviousRun, price
 from avbench.run.progress import SweepReporter
 from avbench.run.runner import SweepOptions, SweepOutcome, resume_sweep, start_sweep
 from avbench.serving.server import VllmInstall, probe_vllm
@@ -137,8 +139,7 @@ def _targets(pair: Pair, sweep: Sweep, source: Arm, av_runs: bool) -> tuple[str,
 
 def _points(store: RunStore) -> pd.DataFrame:
     """Pooled points of the measured cells and, for arm × load not measured, the predicted."""
-    from avbench.analysis.points import POOLED, build_points
-    from avbench.predict.run import read_predicted
+    from avbench.predict.predicted import read_predicted
 
     measured = list(store.finished_cells().values())
 
@@ -153,7 +154,7 @@ def _points(store: RunStore) -> pd.DataFrame:
 
 
 def _standings(store: RunStore, state: AdaptiveState, pair: Pair, av_runs: bool) -> list[Standing]:
-    from avbench.predict.run import PredictRequest, predict_run
+    from avbench.predict.predicted import PredictRequest, predict_run
 
     sweep = Sweep.model_validate(state.sweep)
     source = _max_k_arm(pair, sweep)
@@ -351,3 +352,62 @@ def resume_adaptive(
     opts = SweepOptions(pair=pair, sweep=Sweep.model_validate(m.sweep), workloads={},
                         results_dir=store.root.parent, run_id=m.run_id, **opts_override)  # fmt: skip
     return _rounds(_Run(store, opts, probe_vllm(opts.vllm_python)), state, reporter)
+
+
+# ----------------------------------------------------------------------------- before a run
+@dataclass(frozen=True)
+class Replayed:
+    """The rounds replayed on a stored run, its measured throughput taken as each prediction,
+    and priced by it like the fixed protocol."""
+
+    cells: int
+    rounds: int
+    seconds: float
+    fixed_seconds: float  # the fixed protocol's cells
+
+
+@dataclass(frozen=True)
+class AdaptiveForecast:
+    """What ``sweep --adaptive`` would measure of a plan (`avbench plan --adaptive`)."""
+
+    first: list[Cell]  # round 0
+    ceiling: int  # cells a verdict can ask for: the options that run here
+    replayed: Replayed | None  # None without a stored run
+
+
+def forecast(
+    pair: Pair, sweep: Sweep, cells: list[Cell], work: PlanWork, previous: PreviousRun | None
+) -> AdaptiveForecast:
+    """Round 0 and the ceiling of the plan ``cells``; with ``previous``, its rounds replayed."""
+    first = build_plan(pair, first_round(pair, sweep))
+    unsupported = {a.arm for a in work.arms if a.unsupported}
+    # The rounds measure the options a verdict picks from (no dyn arm), and what runs here.
+    runnable = [
+        c for c in cells if c.arm not in unsupported and Arm.parse(c.arm).kind in OPTION_KINDS
+    ]
+    if previous is None:
+        return AdaptiveForecast(first, len(runnable), None)
+    rounds = _replayed_rounds(previous, cells, {c.arm for c in first}, sweep.repeats)
+    later = [cells_for(list(w), pair, sweep) for w in rounds]
+    replayed = Replayed(
+        cells=len(first) + sum(len(r) for r in later),
+        rounds=1 + len(rounds),
+        seconds=sum(price(r, work, previous) for r in [first, *later]),
+        fixed_seconds=price(cells, work, previous),
+    )
+    return AdaptiveForecast(first, len(runnable), replayed)
+
+
+def _replayed_rounds(
+    previous: PreviousRun, cells: list[Cell], first: set[str], repeats: int
+) -> list[tuple[Wanted, ...]]:
+    frame = previous.cells
+    points = build_points(frame[frame["arm"].isin({c.arm for c in cells})])
+    pooled = points[points["workload"] == POOLED]
+    missing = first - set(pooled["arm"])
+    if missing:
+        raise AvbenchError(
+            f"--from {previous.root}: no measured {', '.join(sorted(missing))}: the adaptive "
+            "replay needs the arms of its first round"
+        )
+    return replay(pooled, first, Uncertainty(), repeats)

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from avbench.errors import AvbenchError, StoreError
+from avbench.loadgen.records import RequestRecord
 from avbench.plan.cells import Arm, Cell
+from avbench.run.cell_captures import file_cell
 from avbench.run.cell_run import (
     CellContext,
     CellMeasurement,
@@ -23,11 +25,9 @@ from avbench.run.cell_run import (
     measure_cell,
 )
 from avbench.run.progress import SweepReporter
-from avbench.serving.capture import file_cell
 from avbench.serving.server import redact
 from avbench.store.cellrow import ProvenancePart
 from avbench.store.failures import CellFailure, FailureKind
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ class ArmSession:
     def _file_capture(
         self, capture: ArmCapture, cell: Cell, started: float, measured: CellMeasurement
     ) -> dict:
-        """The cell's live captures (avbench/serving/capture.py); a capture problem never loses the cell."""
+        """The cell's live captures (avbench/run/cell_captures.py); a capture problem never loses the cell."""
         ids = [r.response_id for r in measured.records if not r.warmup and r.response_id]
         root = self.run.store.root
         try:

@@ -14,16 +14,16 @@ import httpx
 from pydantic import SecretStr
 
 from avbench.errors import AvbenchError
+from avbench.inputs.request import EndpointConfig, SamplingParams
 from avbench.inputs.suite import Pair, Sweep
-from avbench.loadgen.config import EndpointConfig, SamplingParams
+from avbench.inputs.workload import WorkloadSpec
+from avbench.loadgen.records import RequestRecord
 from avbench.plan.cells import Arm, Cell
 from avbench.serving.server import ServerProcess, speculative_config
 from avbench.store.cellrow import ArmPart, MeasuredRow, ProvenancePart, SamplingPart, WorkloadPart
 from avbench.store.failures import FailureKind
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 from avbench.workloads.base import Conversation
-from avbench.workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
     from avbench.loadgen.client import DriveResult, Stop

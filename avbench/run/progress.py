@@ -17,9 +17,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics.quality import identity_text
 from avbench.plan.cells import Cell
-from avbench.store.records import RequestRecord
 
 if TYPE_CHECKING:
     from avbench.analysis.adaptive import Standing

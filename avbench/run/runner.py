@@ -31,6 +31,7 @@ from pydantic import SecretStr, ValidationError
 from avbench.errors import AvbenchError, ServerError, StoreError, UnsupportedArm, save_traceback
 from avbench.inputs.checks import check_api_key, check_endpoint, check_port, check_positive
 from avbench.inputs.suite import MAX_PARALLEL, Pair, Sweep
+from avbench.inputs.workload import WorkloadSpec
 from avbench.plan.cells import Arm, Cell, build_plan
 from avbench.run.arm_session import ArmSession, Failed, SweepOutcome, SweepRun
 from avbench.run.cell_run import CellSettings, Target
@@ -73,7 +74,6 @@ from avbench.store.run_store import (
     utcnow,
     versions,
 )
-from avbench.workloads.spec import WorkloadSpec
 
 if TYPE_CHECKING:
     from avbench.serving.capture import ArmCapture

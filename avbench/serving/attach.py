@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from avbench.errors import AvbenchError
 from avbench.inputs.checks import validation_error
-from avbench.inputs.suite import Pair, Sweep
+from avbench.inputs.suite import Pair, Sweep, SweepUpdate
+from avbench.inputs.workload import WorkloadSpec
 from avbench.plan.cells import Arm
-from avbench.workloads.spec import WorkloadSpec
 
 ATTACHED_PAIR = "attached"
 
@@ -75,8 +75,7 @@ class AttachedServer:
 def attached_setup(
     server: AttachedServer,
     *,
-    sweep_fields: dict,
-    sampling: dict,
+    update: SweepUpdate,
     workloads: dict[str, WorkloadSpec],
     lengths: Lengths,
 ) -> tuple[Pair, Sweep, dict[str, WorkloadSpec]]:
@@ -96,13 +95,7 @@ def attached_setup(
         max_k=max(parsed.k, 1),
         served_model_name=model,
     )
-    data: dict[str, object] = {
-        "name": "attached",
-        "workloads": ["synthetic"],
-        "arms": [parsed.kind],
-    }
-    data |= {k: v for k, v in sweep_fields.items() if v is not None}
-    data["sampling"] = {k: v for k, v in sampling.items() if v is not None}
+    data = update.over({"name": "attached", "workloads": ["synthetic"], "arms": [parsed.kind]})
     try:
         sweep = Sweep.model_validate(data)
     except ValidationError as exc:

@@ -1,19 +1,10 @@
-"""Live captures in a sweep: turn the vLLM plugin on per arm, then file what it wrote per cell.
+"""Live captures in a sweep, the server's side: turn the vLLM plugin on per arm, and read what
+it wrote.
 
 A speculative arm with captures on gets ``AVBENCH_CAPTURE_DIR=<run>/arms/<arm>/capture`` in its
-server's environment (see ``avbench.vllm_plugin``). After each cell:
-
-- drafts: the shards' rows whose request id (the id the client saw) belongs to one of the cell's
-  measured requests become ``<run>/drafts/<cell_id>.drafts.parquet``, labeled rows only, in the
-  schema ``avbench tables`` reads (``estimator.drafts.DRAFT_SCHEMA``). One estimator stream per
-  server worker: run_id ``<run>/<arm>/pid<pid>`` (its engine steps are one sequence), pair_id the
-  pair, workload_id the cell's workload;
-- refits: the estimator lives as long as the server, across cells, so each cell row records the
-  refits that happened during the cell (warmup included: the estimator learns from it too) and
-  the coefficients in force at its start and at its end;
-- steps (every arm, the baseline too): the engine steps that served one of the cell's measured
-  requests become ``<run>/steps/<cell_id>.steps.parquet``, one row per step with its timings
-  and the client ids of the requests in its batch (what ``avbench predict`` reads).
+server's environment (see ``avbench.vllm_plugin``). This module reads that directory: captured
+draft rows, refit lines, step lines, the writers' status and flush marks, and sums them up as
+cell columns; the runner files them per cell (``avbench.run.cell_captures``).
 """
 
 from __future__ import annotations
@@ -263,69 +254,6 @@ def arm_capture(store, opts, arm) -> ArmCapture | None:
     )
 
 
-def drafts_path(run_dir: Path, cell_id: str) -> Path:
-    from avbench.estimator.drafts import DRAFTS_SUFFIX
-
-    return run_dir / "drafts" / f"{cell_id}{DRAFTS_SUFFIX}"
-
-
-def file_cell(
-    run_dir: Path,
-    cell_id: str,
-    workload: str,
-    ac: ArmCapture,
-    cell_started: float,
-    response_ids: list[str],
-) -> dict:
-    """Write the cell's labeled drafts and return its capture columns for the cell row."""
-    from avbench.estimator.drafts import captured_to_drafts, write_drafts
-
-    t_end = time.time()
-    row: dict = {
-        "capture": list(ac.settings.kinds),
-        "draft_fraction": ac.settings.draft_fraction,
-        # Relative to the run directory for a launched server; as given for an attached one.
-        "capture_dir": str(
-            ac.directory.relative_to(run_dir)
-            if ac.directory.is_relative_to(run_dir)
-            else ac.directory
-        ),
-    }
-    if set(ac.settings.kinds) - {"steps"}:  # the drafts writer's flush (steps: their own)
-        row["capture_flushed"] = wait_flushed(ac.directory, t_end, ac.server_started)
-    status = [s for s in read_status(ac.directory) if s.get("time", 0) >= ac.server_started]
-    row["capture_errors"] = sum(sum(s.get("errors", {}).values()) for s in status)
-    row["capture_inert"] = sorted({w for s in status for w in s.get("inert", [])}) or None
-    if "drafts" in ac.settings.kinds:
-        captured = read_captured(ac.directory, response_ids)
-        parts = [
-            captured_to_drafts(
-                g,
-                {
-                    "run_id": f"{ac.run_id}/{ac.arm}/pid{pid}",
-                    "pair_id": ac.pair,
-                    "workload_id": workload,
-                },
-            )  # fmt: skip
-            for pid, g in captured.groupby("pid", sort=True)
-        ]
-        labeled = pd.concat(parts, ignore_index=True) if parts else None
-        if labeled is not None and len(labeled):
-            write_drafts(labeled, drafts_path(run_dir, cell_id))
-        row["capture_draft_rows"] = 0 if labeled is None else len(labeled)
-        row["capture_requests"] = int(captured["request_id"].nunique())
-        row |= verified_summary(captured)
-    if "steps" in ac.settings.kinds:
-        row |= _file_steps(run_dir, cell_id, ac, t_end, response_ids)
-    if "refits" in ac.settings.kinds:
-        refits = read_refits(ac.directory)
-        # No estimator, no coefficients: the cold start is in force only where one runs.
-        row["estimator"] = "online" if estimator_ran(ac, refits) else "none"
-        if row["estimator"] == "online":
-            row |= refit_summary(refits, ac.server_started, cell_started, t_end, ac.k)
-    return row
-
-
 # ----------------------------------------------------------------------------- steps
 def steps_path(run_dir: Path, cell_id: str) -> Path:
     return run_dir / "steps" / f"{cell_id}{STEPS_SUFFIX}"
@@ -370,75 +298,3 @@ def read_steps(directory: Path) -> pd.DataFrame:
     for row in steps:
         row["request_ids"] = [names.get((row["writer"], c), "") for c in row.pop("reqs")]
     return pd.DataFrame(steps)
-
-
-def _file_steps(run_dir: Path, cell_id: str, ac: ArmCapture, t_end: float, ids) -> dict:
-    """The steps that served the cell's measured requests, per server process in order."""
-    flushed = wait_steps_flushed(ac.directory, t_end, ac.server_started)
-    steps = read_steps(ac.directory)
-    out: dict = {"capture_steps": 0, "capture_steps_flushed": flushed}
-    if steps.empty:
-        return out
-    steps = steps[steps["time"] >= ac.server_started]
-    wanted = set(ids)
-    mine = steps[[bool(wanted.intersection(r)) for r in steps["request_ids"]]]
-    if mine.empty:
-        return out
-    path = steps_path(run_dir, cell_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    mine.sort_values(["writer", "step"]).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return out | {
-        "capture_steps": len(mine),
-        "step_timing": str(mine["timing"].iloc[0]),
-        "verified_drafts_per_step": float(mine["verified"].mean()),
-    }
-
-
-# ----------------------------------------------------------------------------- report
-def _coef(slope: float, intercepts) -> str:
-    return f"slope {slope:.4f}, intercepts [{', '.join(f'{b:.4f}' for b in intercepts)}]"
-
-
-def render_estimator(run_dir: Path) -> str:
-    """Each cell's refit range, coefficient trajectory and final coefficients, as text."""
-    from avbench.store.run_store import RunStore
-
-    store = RunStore.open(run_dir)
-    cells = [r for r in store.finished_cells().values() if "refits" in (r.get("capture") or [])]
-    dirs = {store.root / r["capture_dir"] for r in cells if r.get("capture_dir")}
-    refits = pd.concat(
-        [read_refits(d) for d in sorted(dirs) if d.is_dir()] or [pd.DataFrame()],
-        ignore_index=True,
-    )
-    if refits.empty or not cells:
-        why = (
-            "no cell captured refits" if not cells else "no refit lines in the capture directories"
-        )
-        return f"{store.root.name}: no estimator refits ({why}; only AV arms on Model Runner V2 refit)."
-    lines = [f"{store.root.name}: online estimator per cell (slope ω, intercepts β1..βK)"]
-    for r in cells:
-        lines.append(f"{r['cell_id']}:")
-        if r.get("estimator") == "none":
-            lines.append(f"  {NO_ESTIMATOR}")
-            continue
-        if not r.get("refits"):
-            lines.append(
-                f"  no refit during the cell; in force: {_coef(r['slope_end'], r['intercepts_end'])}"
-            )
-            continue
-        lines.append(
-            f"  refits #{r['refit_first']}..#{r['refit_last']} ({r['refits']}), worker pid {r['refit_pid']}"
-        )
-        lines.append(f"  start: {_coef(r['slope_start'], r['intercepts_start'])}")
-        sel = refits[
-            (refits["pid"] == r["refit_pid"])
-            & refits["refit_index"].between(r["refit_first"], r["refit_last"])
-        ]
-        for x in sel.sort_values("refit_index").itertuples():
-            lines.append(
-                f"  #{x.refit_index} (step {x.step_count}): {_coef(x.slope, x.intercepts)}"
-            )
-        lines.append(f"  end:   {_coef(r['slope_end'], r['intercepts_end'])}")
-    return "\n".join(lines)

@@ -16,6 +16,7 @@ validates them into ``Pair``/``Sweep``/``WorkloadSpec`` (``SweepInputs``), the r
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -32,8 +33,8 @@ from pydantic import (
 )
 
 from avbench.inputs.suite import Pair, Sweep
+from avbench.inputs.workload import WorkloadSpec
 from avbench.plan.cells import Arm, Cell
-from avbench.workloads.spec import WorkloadSpec
 
 SCHEMA_VERSION = 1
 
@@ -166,6 +167,14 @@ class _Common(_Open):
     @property
     def pair_name(self) -> str:
         return str(self.pair.get("name", "?"))
+
+    @property
+    def wall_s(self) -> float | None:
+        """Seconds from the run's start to its end; None unless both were recorded."""
+        if not self.started_at or not self.ended_at:
+            return None
+        start, end = datetime.fromisoformat(self.started_at), datetime.fromisoformat(self.ended_at)
+        return (end - start).total_seconds()
 
 
 class SweepManifest(_Common):

@@ -24,9 +24,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from avbench.errors import AvbenchError
+from avbench.loadgen.records import ERROR_KINDS
 from avbench.metrics import all_definitions
 from avbench.metrics.quality import QUALITY_COLUMNS
-from avbench.store.records import ERROR_KINDS
 
 Number = float | None
 Text = str | None
@@ -95,7 +95,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("tpot_ms_median_ci_low", Number, "ms", "lower end of the 95% interval of tpot_ms_median: medians of the same stretches around the median of all requests."),
     Column("tpot_ms_median_ci_high", Number, "ms", "upper end of the 95% interval of tpot_ms_median."),
     Column("tpot_ms_median_ci_rel", Number, "fraction", "half-width of the 95% interval of tpot_ms_median / tpot_ms_median (None: the window was too short)."),
-    # -- live captures by the avbench vLLM plugin (avbench/serving/capture.py)
+    # -- live captures by the avbench vLLM plugin (avbench/run/cell_captures.py)
     Column("capture", list | None, "", "capture kinds asked for on this arm (drafts, refits)."),
     Column("draft_fraction", Number, "fraction", "share of requests whose drafts were captured."),
     Column("capture_flushed", bool | None, "", "the plugin flushed its captures for the cell before they were read."),

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from avbench import __version__
 from avbench.errors import StoreError, StoreFull
+from avbench.loadgen.records import RequestRecord
 from avbench.store.artefacts import (
     ADAPTIVE,
     MANIFEST,
@@ -54,7 +55,6 @@ from avbench.store.artefacts import (
     manifest_problem,
 )
 from avbench.store.failures import CellFailure, failure_problem
-from avbench.store.records import RequestRecord
 
 
 def utcnow() -> str:

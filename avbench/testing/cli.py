@@ -9,9 +9,13 @@ import io
 import subprocess
 import sys
 
+import typer
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """Run ``avbench ARGS...`` in this process; stdout and stderr are captured."""
+
+def run_cli(*args: str, app: typer.Typer | None = None) -> subprocess.CompletedProcess:
+    """Run ``avbench ARGS...`` (or another command line, ``app``, the same way) in this process;
+    stdout and stderr are captured."""
+    from avbench.cli import app as avbench_app
     from avbench.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -19,7 +23,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     code = 0
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
+            main(app or avbench_app)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     finally:

@@ -20,7 +20,7 @@ engine's thread never waits on the device).
 Each step line lists its requests as small integer codes (``reqs``); a request line
 (``"kind": "request"``), written when a request is first scheduled, gives a code's client id
 (the response id the client sees) and engine id. A sweep files both per cell
-(``avbench/serving/capture.py``). ``steps.<pid>.flushed`` holds the time up to which every step
+(``avbench/run/cell_captures.py``). ``steps.<pid>.flushed`` holds the time up to which every step
 enqueued is on disk, rewritten by the writer thread four times a second.
 """
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from avbench.errors import WorkloadError
+from avbench.inputs.workload import WorkloadSpec
 from avbench.workloads.base import Conversation, WorkloadSource
 from avbench.workloads.hub import HubUnavailable, load_hub_rows
-from avbench.workloads.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from avbench.errors import WorkloadError
+from avbench.inputs.suite import load_suite
+from avbench.inputs.workload import WorkloadSpec
 from avbench.workloads.base import Conversation, WorkloadSource
 from avbench.workloads.loaders import GSM8K, HUMANEVAL, MT_BENCH, SPEC_BENCH, Loader
-from avbench.workloads.spec import WorkloadSpec
 from avbench.workloads.speed_bench import SPEED_BENCH
 from avbench.workloads.synthetic import LocalTokenizer, Tokenizer, load_synthetic
 from avbench.workloads.tokens import TokenCounter
@@ -189,3 +190,8 @@ def builtin_workloads() -> dict[str, WorkloadSpec]:
         )
     )
     return {s.name: s for s in specs}
+
+
+def all_workloads(root: Path | None = None) -> dict[str, WorkloadSpec]:
+    """Built-in workloads, then the suite files' (which win on a shared name)."""
+    return builtin_workloads() | load_suite(root).workloads

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from avbench.errors import WorkloadError
+from avbench.inputs.workload import DEFAULT_SUBSET, WorkloadSpec, speed_bench_problem
 from avbench.workloads.base import Conversation, WorkloadSource
 from avbench.workloads.hub import HubUnavailable, load_hub_rows
 from avbench.workloads.loaders import RawWorkload, field_of, read_jsonl, sha256_file
-from avbench.workloads.spec import DEFAULT_SUBSET, WorkloadSpec, speed_bench_problem
 
 HUB_REPO = "nvidia/SPEED-Bench"
 HUB_SPLIT = "test"

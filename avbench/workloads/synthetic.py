@@ -26,8 +26,8 @@ import httpx
 import numpy as np
 
 from avbench.errors import WorkloadError
+from avbench.inputs.workload import WorkloadSpec
 from avbench.workloads.base import Conversation, WorkloadSource
-from avbench.workloads.spec import WorkloadSpec
 
 # How many widen/narrow steps a window gets before its prompt is given up as inexact.
 _MAX_ADJUST = 12

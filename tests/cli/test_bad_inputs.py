@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import avbench.cli
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 BIG = "100000000000000000000"  # 1e20 as an integer
@@ -253,16 +253,6 @@ OPTIONS = [
     Bad(("workloads", "show", "gsm8k", "--tokenizer", "{tmp}/none"), "is not a directory"),
     Bad(("workloads", "show"), "Missing argument 'name'"),
     Bad(("workloads", "show", "gsm8k", "--sample-chars", "5"), "Invalid value for '--sample"),
-    # serve-fake
-    Bad(("serve-fake", "--port", "70000"), "--port: expected a TCP port 1-65535, got 70000"),
-    Bad(("serve-fake", "--port", "-1"), "--port: expected a TCP port 1-65535, got -1"),
-    Bad(("serve-fake", "--port", "{busy}"), "already in use on 127.0.0.1"),
-    Bad(("serve-fake", "--port", "0", "--host", "nonsense.invalid"), "cannot listen"),
-    Bad(("serve-fake", "--port", "0", "--host", "256.1.1.1"), "cannot listen"),
-    Bad(("serve-fake", "--tokens-per-chunk", "0"), "Invalid value for '--tokens-per-chunk'"),
-    Bad(("serve-fake", "--inter-chunk-ms", "-1"), "Invalid value for '--inter-chunk-ms'"),
-    Bad(("serve-fake", "--inter-chunk-ms", "nan"), "Invalid value for '--inter-chunk-ms'"),
-    Bad(("serve-fake", "--first-token-ms", "inf"), "Invalid value for '--first-token-ms'"),
     # other commands
     Bad(("lossless", "--pairs", "0"), "--pairs: expected an integer >= 1, got 0"),
     Bad(("lossless", "--seed", "-1"), "--seed: expected an integer >= 0, got -1"),

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
 from avbench.testing.cli import run_cli
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 
 def avbench(*args, env=None, timeout=180):

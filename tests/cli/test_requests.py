@@ -16,9 +16,9 @@ from avbench.commands.request import IntList, NameList, Request, command, invali
 from avbench.errors import AvbenchError
 from avbench.testing.cli import run_cli
 
-# Not generated from a request: another helper's module (serve-fake) and the workloads group's
-# own callback (`avbench workloads` alone lists them, as `workloads list` does).
-NOT_REQUESTS = {"serve-fake", "workloads"}
+# Not generated from a request: the workloads group's own callback (`avbench workloads` alone
+# lists them, as `workloads list` does).
+NOT_REQUESTS = {"workloads"}
 
 
 def _commands(group, prefix: str = "") -> list:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from avbench.commands.resolve import merge_sequential
 from avbench.errors import AvbenchError
+from avbench.inputs.suite import merge_sequential
 from avbench.testing.cli import run_cli
 
 

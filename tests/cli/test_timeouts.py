@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import avbench.cli
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 

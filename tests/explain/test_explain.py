@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch")
 from avbench.estimator.trace import load_model  # noqa: E402
 from avbench.explain import explain_run  # noqa: E402
 from avbench.inputs.suite import load_suite  # noqa: E402
+from avbench.loadgen.records import RequestRecord  # noqa: E402
 from avbench.metrics.quality import quality_columns  # noqa: E402
 from avbench.plan.cells import Cell  # noqa: E402
-from avbench.store.records import RequestRecord  # noqa: E402
 from avbench.store.run_store import RunStore  # noqa: E402
 from avbench.workloads.tokens import load_tokenizer  # noqa: E402
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from avbench.plan.schedule import check_dyn, k_at
+from avbench.inputs.schedule import check_dyn, k_at
 from avbench.serving.server import find_free_port, probe_vllm
 from avbench.store.run_store import RunStore
 

@@ -10,9 +10,9 @@ import httpx
 import numpy as np
 import pytest
 
+from avbench.inputs.request import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.client import DriveHooks, Load, arrival_offsets, reconcile_counts, run_drive
-from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
-from avbench.serving.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.workloads.base import Conversation
 
 SP = SamplingParams(temperature=0.0, max_tokens=12)

@@ -8,10 +8,10 @@ import socket
 
 import pytest
 
+from avbench.inputs.request import EndpointConfig, SamplingParams
 from avbench.loadgen.client import Load, run_drive
-from avbench.loadgen.config import EndpointConfig, SamplingParams
 from avbench.loadgen.transport import _DONE, MalformedResponseError, _Conn
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.workloads.base import Conversation
 
 

@@ -13,10 +13,10 @@ import random
 import signal
 import time
 
+from avbench.inputs.request import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.client import DriveHooks, Load, run_drive
-from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.transport import _Conn
-from avbench.serving.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.workloads.base import Conversation
 
 SP = SamplingParams(temperature=0.0, max_tokens=40)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from avbench.loadgen.client import parse_stream
-from avbench.serving.stream_server import ENGINE_DEAD_EVENT
-from avbench.store.records import RequestRecord
+from avbench.loadgen.records import RequestRecord
+from avbench.testing.fake_server import ENGINE_DEAD_EVENT
 
 ROLE = (
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"tiny-target","choices":'

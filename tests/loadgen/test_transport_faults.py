@@ -17,10 +17,10 @@ import time
 import httpx
 import pytest
 
+from avbench.inputs.request import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.client import DriveHooks, Load, drive, run_drive
-from avbench.loadgen.config import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.transport import FastTransport
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.workloads.base import Conversation
 
 SP = SamplingParams(temperature=0.0, max_tokens=12)

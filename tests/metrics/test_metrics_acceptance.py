@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics import compute_cell_metrics
-from avbench.store.records import RequestRecord
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

@@ -1,5 +1,5 @@
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics import compute_cell_metrics
-from avbench.store.records import RequestRecord
 
 
 def _rec(i, times):

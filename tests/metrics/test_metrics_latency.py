@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics import compute_cell_metrics
-from avbench.store.records import RequestRecord
 
 
 def rec(

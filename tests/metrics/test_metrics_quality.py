@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics.quality import (
     ExactMatch,
     Output,
@@ -17,7 +18,6 @@ from avbench.metrics.quality import (
     quality_flags,
 )
 from avbench.plan.cells import Cell
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics import (
     REGISTRY,
     CellData,
@@ -15,7 +16,6 @@ from avbench.metrics import (
     compute_cell_metrics,
     ordered_metrics,
 )
-from avbench.store.records import RequestRecord
 
 
 def _record(times, tokens, cid="c") -> RequestRecord:

@@ -11,6 +11,7 @@ from scipy.signal import lfilter
 from scipy.stats import t as student_t
 
 from avbench.inputs.suite import StoppingRule
+from avbench.loadgen.records import RequestRecord
 from avbench.metrics.sequential import (
     BATCHINGS,
     T_QUANTILES,
@@ -20,7 +21,6 @@ from avbench.metrics.sequential import (
     median_interval,
     rate_interval,
 )
-from avbench.store.records import RequestRecord
 
 
 def test_t_quantiles_are_students():

@@ -21,9 +21,9 @@ import pytest
 
 from avbench.capture_protocol import CAPTURE_SUFFIX, capture_schema
 from avbench.inputs.suite import load_suite
-from avbench.predict.run import PredictRequest, predict_run
+from avbench.loadgen.records import RequestRecord
+from avbench.predict.predicted import PredictRequest, predict_run
 from avbench.serving.capture import steps_path
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 K, REQUESTS, VERIFY_STEPS, STAGGER = 3, 10, 12, 3

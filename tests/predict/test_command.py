@@ -75,7 +75,7 @@ def test_a_bad_schedule_is_one_line_and_exit_2(tmp_path):
 def test_without_the_plugin_the_servers_lists_predict_acceptance(tmp_path):
     """A server without the avbench plugin (attach mode on someone else's): no steps, but its
     per-request spec-decode metrics still give the accepted prefixes."""
-    from avbench.store.records import RequestRecord
+    from avbench.loadgen.records import RequestRecord
 
     store = _run(tmp_path, [_cell("static-k3", req_spec_steps=4)])
     # One request: steps accepting 3, 1, 0, 3 of 3 drafts (positions 1 1 1 - 1 0 0 1 1 1 -).
@@ -107,7 +107,7 @@ def test_without_the_plugin_the_servers_lists_predict_acceptance(tmp_path):
     ],
 )
 def test_an_arm_the_source_never_drafted_is_refused_in_one_line(tmp_path, args, says):
-    from avbench.store.records import RequestRecord
+    from avbench.loadgen.records import RequestRecord
 
     store = _run(tmp_path, [_cell("static-k3", req_spec_steps=2)])
     rec = RequestRecord("c0", 0, ttft=0.1, e2e=0.5, completion_tokens=6, response_id="cmpl-x",

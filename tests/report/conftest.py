@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from avbench.loadgen.records import RequestRecord
 from avbench.store.failures import CellFailure
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 # Throughput multiplier per arm; static-k1 wins at c=16.

@@ -3,13 +3,13 @@
 import io
 import json
 
-import pytest
 from rich.console import Console
 
+from avbench.loadgen.records import RequestRecord
 from avbench.plan.cells import Cell
-from avbench.report.quality import NEAR_TIES, definitions_note, quality_section
+from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import load_runs
-from avbench.store.records import RequestRecord
+from avbench.store.near_ties import NEAR_TIES
 from avbench.store.run_store import RunStore
 
 
@@ -95,22 +95,3 @@ def test_a_cell_measured_before_its_baseline_is_compared_at_report_time(tmp_path
     console.print(summary_table(rows))
     text = console.export_text()
     assert "50%" in text and "not compared" in text
-
-
-def test_near_ties_are_written_whole_or_not_at_all(small_fs):
-    """A full disk while `avbench quality explain` stores its findings: one-line StoreFull, and
-    the file from the run before is still whole (written in place, it was truncated)."""
-    from avbench.errors import StoreError
-    from avbench.report.quality import write_near_ties
-
-    run = small_fs(64)
-    before = {"summary": {"ties": 1}, "ties": [{"cell_id": "c", "margin": 0.5}]}
-    write_near_ties(run, before)
-    filler = small_fs.fill(run)
-    big = {"summary": {}, "ties": [{"cell_id": f"c{i}", "margin": 0.1} for i in range(5000)]}
-    with pytest.raises(StoreError) as exc:
-        write_near_ties(run, big)
-    assert "\n" not in str(exc.value)
-    filler.unlink()
-    assert json.loads((run / NEAR_TIES).read_text()) == before
-    assert [p.name for p in run.iterdir()] == [NEAR_TIES]  # no staging left behind

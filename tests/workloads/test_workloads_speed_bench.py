@@ -9,8 +9,8 @@ import time
 import pytest
 
 from avbench.errors import WorkloadError
+from avbench.inputs.workload import QUALITATIVE_CATEGORIES
 from avbench.workloads.registry import builtin_workloads, load_workload
-from avbench.workloads.spec import QUALITATIVE_CATEGORIES
 from avbench.workloads.speed_bench import PLACEHOLDER_PREFIX
 
 

@@ -39,7 +39,7 @@ def test_lengths_belong_to_synthetic_workloads_only():
     import pytest
     from pydantic import ValidationError
 
-    from avbench.workloads.spec import WorkloadSpec
+    from avbench.inputs.workload import WorkloadSpec
 
     with pytest.raises(ValidationError, match="needs input_len and output_len"):
         WorkloadSpec(name="s", dataset="synthetic", input_len=8)

@@ -12,7 +12,7 @@ import pytest
 
 from avbench.inputs.suite import Pair, Sweep
 from avbench.plan.cells import build_plan
-from avbench.plan.cost import estimate_wall_time, format_duration, plan_work
+from avbench.plan.cost import PreviousRun, estimate_wall_time, format_duration, plan_work
 from avbench.store.artefacts import SweepManifest
 
 REPO = Path(__file__).resolve().parents[3]
@@ -80,7 +80,9 @@ def test_wall_time_from_a_previous_run():
         + pd.Timedelta(seconds=in_cells + 4 * 100),
     }
     manifest["ended_at"] = manifest["ended_at"].isoformat()
-    est = estimate_wall_time(cells, w, prev, SweepManifest.model_validate(manifest))
+    wall_s = SweepManifest.model_validate(manifest).wall_s
+    assert wall_s == pytest.approx(in_cells + 4 * 100)
+    est = estimate_wall_time(cells, w, PreviousRun(Path("prev"), prev, wall_s))
     assert est.server_start_s == pytest.approx(100)
     assert est.seconds == pytest.approx(in_cells + 4 * 100)
     assert (est.cells_priced, est.cells_fallback) == (len(prev), 0)
@@ -103,7 +105,8 @@ def test_unmatched_cells_fall_back_to_the_same_load():
             for c in (1, 4)
         ]
     )
-    est = estimate_wall_time(cells, w, prev, SweepManifest())
+    assert SweepManifest().wall_s is None  # no start and end recorded
+    est = estimate_wall_time(cells, w, PreviousRun(Path("prev"), prev, None))
     expected = sum((c.num_requests + c.warmup) * c.concurrency for c in cells if c.arm != "av-k3")
     assert est.seconds == pytest.approx(expected)
     # 16 cells run (av unsupported); 4 of them are static-k3 on one-turn (2 loads x 2 repeats).

@@ -5,13 +5,13 @@ cell that ran and failed."""
 import json
 
 from avbench.inputs.suite import load_suite
+from avbench.loadgen.records import RequestRecord
 from avbench.plan.cells import Arm, Cell
 from avbench.run.arm_session import Attempt, Failed, SweepOutcome, SweepRun
 from avbench.run.cell_run import CellSettings
 from avbench.run.progress import SweepReporter
 from avbench.store.cellrow import ProvenancePart
 from avbench.store.failures import FailureKind
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 

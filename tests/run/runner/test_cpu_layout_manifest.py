@@ -35,7 +35,7 @@ def test_the_pinned_layout_is_in_the_arms_manifest_entry(tmp_path):
                    provenance=ProvenancePart(None, None, None, None, None))  # fmt: skip
     port = find_free_port()
     server = ServerProcess(
-        cmd=[sys.executable, "-m", "avbench.cli", "serve-fake", "--port", str(port)],
+        cmd=[sys.executable, "-m", "avbench.testing.fake_server", "--port", str(port)],
         env={}, port=port, log_path=tmp_path / "server.log", ready_timeout_s=60,
     )  # fmt: skip
     opts = SweepOptions(pair=pair, sweep=suite.sweep("demo"), workloads=suite.workloads)

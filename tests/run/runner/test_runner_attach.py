@@ -9,8 +9,8 @@ from pydantic import SecretStr
 from avbench.inputs.suite import load_suite
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, resume_sweep, start_sweep
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
 from avbench.store.run_store import RunStore
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ from avbench.errors import AvbenchError, ServerError, StoreError
 from avbench.inputs.suite import load_suite
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, resume_sweep, start_sweep
-from avbench.serving.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
 from avbench.store.failures import FailureKind
 from avbench.store.run_store import RunStore
+from avbench.testing.fake_server import ServerConfig, serve_in_subprocess, serve_in_thread
 
 
 def _opts(tmp_path, url, run_id="r", concurrencies=(4,), requests=40, **kw):

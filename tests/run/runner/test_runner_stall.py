@@ -11,11 +11,11 @@ import signal
 import threading
 import time
 
+from avbench.inputs.request import Timeouts
 from avbench.inputs.suite import load_suite
-from avbench.loadgen.config import Timeouts
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, resume_sweep, start_sweep
-from avbench.serving.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
+from avbench.testing.fake_server import ServerConfig, serve_in_subprocess, serve_in_thread
 
 ARM = "static-k3__humaneval-tiny"
 SLACK_S = 8.0  # a busy shared machine (the read timeout, 60 s here, is what the base waited)

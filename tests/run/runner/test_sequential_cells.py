@@ -1,5 +1,5 @@
-"""Sequential cells end to end, measured against `avbench serve-fake` (the project's own
-streaming server in its own process, standing in for vLLM: what is under test is avbench's stop
+"""Sequential cells end to end, measured against the fake streaming server
+(``avbench.testing.fake_server`` in its own process, standing in for vLLM: what is under test is avbench's stop
 rule, load driver and cell row). The avbench commands run in this process (run_cli)."""
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def _cell(endpoint: str, results: Path, run_id: str, *options: str) -> tuple[dic
     return row, store
 
 
-def test_a_sequential_cell_stops_at_its_target_with_the_reason_recorded(serve_fake, tmp_path):
+def test_a_sequential_cell_stops_at_its_target_with_the_reason_recorded(fake_server, tmp_path):
     row, store = _cell(
-        serve_fake, tmp_path, "seq", "--target-half-width", "0.05", "--cell-max-requests",
+        fake_server, tmp_path, "seq", "--target-half-width", "0.05", "--cell-max-requests",
         "3000", "--cell-max-time", "120",
     )  # fmt: skip
     assert row["stop_reason"] == "target_reached" and row["target_half_width"] == 0.05
@@ -57,9 +57,9 @@ def test_a_sequential_cell_stops_at_its_target_with_the_reason_recorded(serve_fa
     assert row["window_s"] >= points[:, 1].max() - points[:, 0].min()
 
 
-def test_a_cell_that_cannot_reach_its_target_stops_at_a_ceiling(serve_fake, tmp_path):
+def test_a_cell_that_cannot_reach_its_target_stops_at_a_ceiling(fake_server, tmp_path):
     row, store = _cell(
-        serve_fake, tmp_path, "requests", "--target-half-width", "0.0001",
+        fake_server, tmp_path, "requests", "--target-half-width", "0.0001",
         "--cell-max-requests", "40",
     )  # fmt: skip
     assert row["stop_reason"] == "request_ceiling"
@@ -71,12 +71,12 @@ def test_a_cell_that_cannot_reach_its_target_stops_at_a_ceiling(serve_fake, tmp_
     (again,) = store.finished_cells().values()
     assert again["stop_reason"] == "request_ceiling" and again["requests_sent"] == 40
     row, store = _cell(
-        serve_fake, tmp_path, "time", "--target-half-width", "0.0001", "--cell-max-time", "0.5"
+        fake_server, tmp_path, "time", "--target-half-width", "0.0001", "--cell-max-time", "0.5"
     )
     assert row["stop_reason"] == "time_ceiling"
     assert row["num_requests"] == 4096 > row["requests_sent"] >= row["requests_at_stop"]
     assert row["window_s"] >= 0.5
     # Without the setting a cell sends its fixed count, and its row has no sequential column.
-    row, _ = _cell(serve_fake, tmp_path, "fixed", "--requests", "12")
+    row, _ = _cell(fake_server, tmp_path, "fixed", "--requests", "12")
     assert row["requests_ok"] == row["num_requests"] == 12
     assert not set(SEQUENTIAL_COLUMNS) & set(row)

@@ -1,6 +1,6 @@
 """`avbench sweep --endpoint URL` with no suite file, against the project's scripted server.
 
-The scripted server (avbench/serving/stream_server.py) stands in for vLLM where the behaviour
+The scripted server (avbench/testing/fake_server.py) stands in for vLLM where the behaviour
 under test is the client's: it tokenizes like vLLM's /tokenize (one token per word), counts a
 completion prompt with that tokenizer, and streams exactly max_tokens tokens.
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
 from avbench.store.run_store import RunStore
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 PROVENANCE = ("transport", "event_loop", "timestamp_source", "avbench_version", "avbench_commit")
 

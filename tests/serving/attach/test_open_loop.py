@@ -1,5 +1,5 @@
-"""Open-loop loads from the command line (`--rates`), measured against `avbench serve-fake` (the
-project's own streaming server in its own process, standing in for vLLM: what is under test is
+"""Open-loop loads from the command line (`--rates`), measured against the fake streaming server
+(``avbench.testing.fake_server`` in its own process, standing in for vLLM: what is under test is
 avbench's load driver, store and report), reported alone, beside a closed-loop run, and merged
 with it. The avbench commands run in this process (run_cli)."""
 
@@ -35,9 +35,9 @@ def _loads_drawn(html: Path) -> set[str]:
     }
 
 
-def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(serve_fake, tmp_path):
+def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(fake_server, tmp_path):
     results = tmp_path / "results"
-    res = _sweep(serve_fake, results, "open", "--rates", "20,40")
+    res = _sweep(fake_server, results, "open", "--rates", "20,40")
     assert res.returncode == 0, res.stderr[-2000:]
     store = RunStore.open(results / "open")
     rows = store.finished_cells().values()
@@ -46,7 +46,7 @@ def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(serve_fake,
     # The sweep wrote the report at its end; it draws both rates.
     assert _loads_drawn(results / "open" / "report.html") == {"r=20/s", "r=40/s"}
 
-    res = _sweep(serve_fake, results, "closed", "--concurrencies", "1,2", "--no-report")
+    res = _sweep(fake_server, results, "closed", "--concurrencies", "1,2", "--no-report")
     assert res.returncode == 0, res.stderr[-2000:]
     both = {"r=20/s", "r=40/s", "c=1", "c=2"}
     open_run, closed_run = str(results / "open"), str(results / "closed")

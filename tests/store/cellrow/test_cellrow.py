@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from avbench.inputs.suite import SweepUpdate
 from avbench.metrics import all_definitions
 from avbench.plan.cells import Arm
 from avbench.run.runner import SweepOptions, start_sweep
 from avbench.serving.attach import AttachedServer, Lengths, attached_setup
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
 from avbench.store.cellrow import (
     CellRow,
     CellRowError,
@@ -18,6 +18,7 @@ from avbench.store.cellrow import (
     validate_row,
 )
 from avbench.store.run_store import RunStore
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 from avbench.workloads.registry import builtin_workloads
 
 REPO = Path(__file__).resolve().parents[3]
@@ -38,9 +39,9 @@ def test_rows_of_a_real_sweep_validate_with_every_column_defined(tmp_path):
     with serve_in_thread(ServerConfig(model="m")) as srv:
         pair, sweep, specs = attached_setup(
             AttachedServer(srv.base_url, arm="static-k2"),
-            sweep_fields={"workloads": ["mt-bench"], "concurrencies": [2], "warmup": 0,
-                          "min_requests": 3, "requests_per_concurrency": 1},
-            sampling={"max_tokens": 8, "temperature": 0.0},
+            update=SweepUpdate(workloads=["mt-bench"], concurrencies=[2], warmup=0,
+                               min_requests=3, requests_per_concurrency=1,
+                               sampling={"max_tokens": 8, "temperature": 0.0}),
             workloads=builtin_workloads(),
             lengths=Lengths(),
         )  # fmt: skip

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 
 from avbench.errors import AvbenchError
+from avbench.loadgen.records import RequestRecord
 from avbench.store.artefacts import source_manifest
 from avbench.store.failures import CellFailure
 from avbench.store.merge import merge_runs
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore
 
 

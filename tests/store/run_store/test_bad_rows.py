@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
 from avbench.testing.cli import run_cli
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 # Valid JSON, not a row; the last cell row has a column of the wrong type.
 BAD_CELLS = ["{}", "[1, 2]", '"hello"', "17", '{"arm": "baseline"}', '{"cell_id": 5}']

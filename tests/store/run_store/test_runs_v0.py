@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from avbench.errors import StoreError
-from avbench.serving.stream_server import ServerConfig, serve_in_thread
 from avbench.store.artefacts import MergedManifest, SweepManifest, dump_manifest
 from avbench.store.run_store import RunStore
+from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs-v0"
 

@@ -3,9 +3,9 @@ import json
 import pytest
 
 from avbench.errors import AvbenchError, StoreError, StoreFull
+from avbench.loadgen.records import RequestRecord
 from avbench.store.artefacts import dump_manifest
 from avbench.store.failures import CellFailure
-from avbench.store.records import RequestRecord
 from avbench.store.run_store import RunStore, check_results_dir
 
 

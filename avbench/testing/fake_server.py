@@ -1,7 +1,4 @@
-"""A small, fast OpenAI-style streaming server: ``avbench serve-fake``, the tests, client benchmarks.
-
-A runtime module, not a test helper: the command ships it, so a user can try the client and
-measure its overhead without vLLM.
+"""A small, fast OpenAI-style streaming server for the tests and the client benchmarks.
 
 It stands in for a vLLM server where the point is the *client*: it speaks the exact streaming
 format vLLM 0.32 sends (role chunk, content chunks, finish chunk, usage chunk, ``[DONE]``, each
@@ -12,7 +9,7 @@ the same system-wide monotonic clock the client uses) so measured times can be c
 Written on raw asyncio streams (uvloop when installed) so that it costs far less per chunk than
 any client it serves. Run it with :func:`serve_in_thread` (tests) or :func:`serve_in_subprocess`
 (benchmarks: the server gets its own process and CPU), or ``python -m
-avbench.serving.stream_server``.
+avbench.testing.fake_server --port 8000`` (``--help``: its options) to try the client by hand.
 
 Faults (per request): ``http_5xx``, ``http_4xx``, ``cut`` (connection closed mid-stream),
 ``stall`` (half the stream, then silence), ``malformed`` (one chunk of broken JSON),
@@ -35,9 +32,9 @@ that reuses the connection just as the server drops it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -54,6 +51,11 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from avbench.commands.request import Request, command
 
 FAULT_KINDS = (
     "http_5xx",
@@ -722,7 +724,9 @@ def serve_in_subprocess(
     cmd = [
         sys.executable,
         "-m",
-        "avbench.serving.stream_server",
+        "avbench.testing.fake_server",
+        "--port",
+        "0",
         "--config-json",
         json.dumps(asdict(cfg)),
     ]
@@ -756,18 +760,71 @@ def _config_from_json(text: str) -> ServerConfig:
     return ServerConfig(**d)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(
-        description="Fake OpenAI-style streaming server (tests/benchmarks)."
-    )
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--config-json", default="{}", help="ServerConfig fields as JSON")
-    ap.add_argument("--cpus", default=None, help="pin to these CPUs, e.g. 1")
-    a = ap.parse_args(argv)
-    if a.cpus:
-        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
-    cfg = _config_from_json(a.config_json)
+_MAX_DELAY_MS = 3_600_000.0  # an hour: past it a delay is a typo
+
+cli = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+Opt = typer.Option
+
+
+class ServeRequest(Request):
+    """What ``python -m avbench.testing.fake_server`` was asked."""
+
+    port: Annotated[int, Opt(help="Port to listen on (0: any free port).")] = 8000
+    host: Annotated[str, Opt(help="Address to bind.")] = "127.0.0.1"
+    tokens_per_chunk: Annotated[int, Opt(min=1, max=1 << 20, help="Tokens in each chunk.")] = 3
+    inter_chunk_ms: Annotated[
+        float, Opt(min=0, max=_MAX_DELAY_MS, help="Delay between chunks (ms).")
+    ] = 0.0
+    first_token_ms: Annotated[
+        float, Opt(min=0, max=_MAX_DELAY_MS, help="Delay before the first chunk (ms).")
+    ] = 0.0
+    model: Annotated[str, Opt(help="Model name the server reports.")] = "fake-model"
+    config_json: Annotated[
+        str | None,
+        Opt(help="Every ServerConfig field as JSON (faults, scripts), in place of the above."),
+    ] = None
+    cpus: Annotated[str | None, Opt(help="Pin to these CPUs, e.g. 1,2")] = None
+
+    def config(self) -> ServerConfig:
+        if self.config_json:
+            return _config_from_json(self.config_json)
+        return ServerConfig(
+            model=self.model,
+            tokens_per_chunk=self.tokens_per_chunk,
+            inter_chunk_delay_s=self.inter_chunk_ms / 1e3,
+            first_token_delay_s=self.first_token_ms / 1e3,
+            record=False,  # by hand the logs would only grow
+        )
+
+
+@cli.command()
+@command(ServeRequest)
+def serve(req: ServeRequest) -> None:
+    """Serve until Ctrl-C; prints ``PORT <n>`` once listening."""
+    from avbench.errors import AvbenchError
+    from avbench.inputs.checks import check_port
+    from avbench.serving.server import port_holder
+
+    port, host = req.port, req.host
+    if port != 0:
+        check_port(port)
+    if req.cpus:
+        os.sched_setaffinity(0, {int(c) for c in req.cpus.split(",")})
+    try:
+        _run(req.config(), host, port)
+    except OSError as exc:  # bind: a busy port, an address this host does not have
+        if exc.errno == errno.EADDRINUSE:
+            holder = port_holder(port)
+            who = f" by pid {holder[0]} ({holder[1][:120]})" if holder else ""
+            raise AvbenchError(
+                f"--port {port}: already in use on {host}{who}; pass another --port (0: any)"
+            ) from None
+        raise AvbenchError(
+            f"--host {host} --port {port}: cannot listen ({exc.strerror or exc})"
+        ) from None
+
+
+def _run(cfg: ServerConfig, host: str, port: int) -> None:
     loop = _new_loop()
     asyncio.set_event_loop(loop)
 
@@ -776,8 +833,10 @@ def main(argv: list[str] | None = None) -> None:
         loop.add_signal_handler(signal.SIGTERM, st.stop.set)
         loop.add_signal_handler(signal.SIGINT, st.stop.set)
 
-    loop.run_until_complete(_serve(cfg, a.host, a.port, ready))
+    loop.run_until_complete(_serve(cfg, host, port, ready))
 
 
 if __name__ == "__main__":
-    main()
+    from avbench.cli import main
+
+    main(cli)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from avbench.loadgen.config import MAX_SEED, MAX_TOKENS
+from avbench.inputs.request import MAX_SEED, MAX_TOKENS
 
 Dataset = Literal["gsm8k", "humaneval", "mt-bench", "spec-bench", "speed-bench", "synthetic"]
 

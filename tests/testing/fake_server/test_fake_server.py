@@ -1,4 +1,5 @@
-"""The fake streaming server speaks vLLM 0.32's format (as captured from a live CPU server)."""
+"""The fake streaming server speaks vLLM 0.32's format (as captured from a live CPU server); its
+command line refuses bad options in one line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from avbench.serving.stream_server import ServerConfig, serve_in_subprocess, serve_in_thread
+from avbench.testing.cli import run_cli
+from avbench.testing.fake_server import ServerConfig, cli, serve_in_subprocess, serve_in_thread
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -142,3 +144,38 @@ def test_a_misspelt_fault_is_refused_not_ignored():
         )
     assert r.status_code == 400 and "unknown fault 'stal'" in r.json()["error"]["message"]
     assert ok.status_code == 400 and ok.json()["error"]["message"] == "injected 4xx"
+
+
+
+def _fake_server(*args: str) -> tuple[int, str]:
+    """``python -m avbench.testing.fake_server ARGS``, run in this process: exit code, stderr."""
+    res = run_cli(*args, app=cli)
+    return res.returncode, res.stderr
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--port", "70000"), "--port: expected a TCP port 1-65535, got 70000"),
+        (("--port", "-1"), "--port: expected a TCP port 1-65535, got -1"),
+        (("--port", "0", "--host", "nonsense.invalid"), "cannot listen"),
+        (("--port", "0", "--host", "256.1.1.1"), "cannot listen"),
+        (("--tokens-per-chunk", "0"), "Invalid value for '--tokens-per-chunk'"),
+        (("--inter-chunk-ms", "-1"), "Invalid value for '--inter-chunk-ms'"),
+        (("--inter-chunk-ms", "nan"), "Invalid value for '--inter-chunk-ms'"),
+        (("--first-token-ms", "inf"), "Invalid value for '--first-token-ms'"),
+    ],
+)
+def test_bad_options_are_one_line_errors(args, says):
+    code, err = _fake_server(*args)
+    assert code == 2 and says in err and err.count("\n") == 1, err
+
+
+def test_a_busy_port_names_its_holder_in_one_line():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = _fake_server("--port", str(port))
+    assert code == 2 and f"--port {port}: already in use on 127.0.0.1" in err, err
+    assert err.count("\n") == 1

@@ -26,8 +26,8 @@ from typing import Literal
 import pandas as pd
 
 from avbench.errors import AvbenchError
+from avbench.inputs.schedule import Schedule, max_k
 from avbench.plan.cells import Arm, Cell
-from avbench.plan.schedule import Schedule, max_k
 from avbench.predict.curves import fit_cost_tables
 from avbench.predict.model import AvState, Policy, Prediction, Pricing, predict_cell, step_times
 from avbench.predict.source import (

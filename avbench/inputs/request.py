@@ -1,4 +1,5 @@
-"""Typed settings for the load driver: where to send, how to sample, and how long to wait."""
+"""What a suite (or the command line) states about requests: where to send them, how to sample,
+how long to wait, and the bounds past which a number is a typo."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 import pytest
 
-from avbench.plan.schedule import check_dyn, k_at, schedule_from_best_k, validate_schedule
+from avbench.inputs.schedule import check_dyn, k_at, schedule_from_best_k, validate_schedule
 
 
 def test_boundaries_sit_at_the_geometric_mean_and_equal_ks_merge():
