@@ -139,7 +139,9 @@ def print_plan_work(console: Console, view: PlanView) -> None:
     from avbench.plan.cost import plan_work, workload_turns
 
     pair, sweep = view.resolved.pair, view.resolved.sweep
-    runnable = arm_commands(pair, sweep, list(dict.fromkeys(c.arm for c in view.cells)), view.python)
+    runnable = arm_commands(
+        pair, sweep, list(dict.fromkeys(c.arm for c in view.cells)), view.python
+    )
     work = plan_work(
         view.cells,
         max_tokens=sweep.sampling.max_tokens,

@@ -345,7 +345,9 @@ def _adaptive(
 
     if req.resume is not None:
         refused = _preflight_stored(req.resume, req.vllm_python)
-        done = resume_adaptive(req.resume, _override(req, secret) | {"refused_arms": refused}, reporter)
+        done = resume_adaptive(
+            req.resume, _override(req, secret) | {"refused_arms": refused}, reporter
+        )
     else:
         opts = _options(req, secret)
         policy = AdaptivePolicy(budget_cells=req.budget_cells, budget_s=req.budget_s)
@@ -449,9 +451,7 @@ def _attach_arm(req: SweepRequest, pair: Pair) -> Arm | None:
         raise AvbenchError(f"--arm: {exc}") from None
 
 
-def _preflight(
-    pair: Pair, sweep: Sweep, pairs_file: Path | None, python: str
-) -> dict[str, str]:
+def _preflight(pair: Pair, sweep: Sweep, pairs_file: Path | None, python: str) -> dict[str, str]:
     """Every server command line checked by the installed vLLM before any server starts.
     Returns the arms vLLM would refuse at start (arm -> reason): never started."""
     from avbench.checks.preflight import Target, require_preflight

@@ -28,7 +28,9 @@ from avbench.metrics.prometheus import SpecDecodeCounters
 
 # Always reported, 0 when none happened, so every cell has the same columns. The drive's own
 # stops (stalled, deadline) fail the whole cell instead, so they never reach a row.
-KNOWN_ERROR_KINDS: tuple[str, ...] = tuple(k for k in ERROR_KINDS if k not in ("stalled", "deadline"))
+KNOWN_ERROR_KINDS: tuple[str, ...] = tuple(
+    k for k in ERROR_KINDS if k not in ("stalled", "deadline")
+)
 
 
 def _empty() -> np.ndarray:

@@ -143,9 +143,7 @@ def price(cells: list[Cell], work: PlanWork, previous: PreviousRun) -> float:
     return estimate_wall_time(cells, part, previous).seconds
 
 
-def workload_turns(
-    specs: dict[str, WorkloadSpec], names: list[str]
-) -> dict[str, int | None]:
+def workload_turns(specs: dict[str, WorkloadSpec], names: list[str]) -> dict[str, int | None]:
     """The most turns of a conversation per workload; None where it cannot be loaded here."""
     turns: dict[str, int | None] = {}
     for w in names:

@@ -195,12 +195,16 @@ def _av_sources(
     head = uses_confidence_head(pair)
     bare = [s.row["cell_id"] for s in sources if s.replay.events["conf"].isna().any()]
     if head and bare:
-        return [], (
-            f"refused: pair {(pair or {}).get('name')} runs AV on its DSpark confidence head "
-            "(confidence_head auto: vLLM uses the checkpoint's head whenever it has one), and "
-            f"{bare[0]} captured no head scores (vLLM computes them only with AV on): the "
-            "online estimator would predict another AV"
-        ), True
+        return (
+            [],
+            (
+                f"refused: pair {(pair or {}).get('name')} runs AV on its DSpark confidence head "
+                "(confidence_head auto: vLLM uses the checkpoint's head whenever it has one), and "
+                f"{bare[0]} captured no head scores (vLLM computes them only with AV on): the "
+                "online estimator would predict another AV"
+            ),
+            True,
+        )
     return sources, None, head
 
 

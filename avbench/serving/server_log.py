@@ -48,7 +48,9 @@ _DEATH = re.compile(
     r"EngineCore encountered a fatal error|EngineDeadError|Engine core proc \S+ died unexpectedly"
 )
 # "(Worker pid=12) ERROR 12-04 20:55:32 [multiproc_executor.py:1063] RuntimeError: ..."
-_LOG_LINE = re.compile(r"^\((?P<proc>[^()]+?)(?: pid=\d+)?\) (?P<level>[A-Z]+) \S+ \S+ \[[^\]]*\] (?P<msg>.*)$")
+_LOG_LINE = re.compile(
+    r"^\((?P<proc>[^()]+?)(?: pid=\d+)?\) (?P<level>[A-Z]+) \S+ \S+ \[[^\]]*\] (?P<msg>.*)$"
+)
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt): \S")
 
 # Cell-row columns (avbench/store/cellrow.py), in this order.

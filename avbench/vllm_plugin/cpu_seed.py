@@ -72,7 +72,9 @@ def _bookkeeping_sync(original: Callable) -> Callable:
 def patch(module) -> bool:
     """Wrap the runner's sample and rewind steps; False when this vLLM lacks them."""
     cls = getattr(module, "GPUModelRunner", None)
-    if cls is None or not all(callable(cls.__dict__.get(n)) for n in ("_sample", "_bookkeeping_sync")):
+    if cls is None or not all(
+        callable(cls.__dict__.get(n)) for n in ("_sample", "_bookkeeping_sync")
+    ):
         return False
     if getattr(cls.__dict__["_bookkeeping_sync"], _MARK, False):
         return True  # plugins may be loaded twice in one process

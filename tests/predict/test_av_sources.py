@@ -86,7 +86,9 @@ def _run(tmp_path, pair: str = "tiny-cpu", captured=("cmpl-r0",), head=False) ->
     capture = store.root / "arms" / "static-k3" / "capture"
     capture.mkdir(parents=True)
     for n, rid in enumerate(captured):
-        pq.write_table(_shard(rid, plan[rid], accepted[rid], head, rng), capture / f"d-{n}{CAPTURE_SUFFIX}")
+        pq.write_table(
+            _shard(rid, plan[rid], accepted[rid], head, rng), capture / f"d-{n}{CAPTURE_SUFFIX}"
+        )
     records = [
         RequestRecord(rid, 0, ttft=0.01, e2e=0.5, completion_tokens=40, response_id=rid,
                       spec_per_step_accepted=accepted[rid], spec_per_step_drafted=[K] * VERIFY_STEPS)
@@ -128,7 +130,9 @@ def test_the_cli_prints_coverage_and_the_differences_from_vllms_own_av(tmp_path)
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "av-k3: feature coverage 10%: 12 of 120 verify steps with captured features" in out.stdout
+    assert (
+        "av-k3: feature coverage 10%: 12 of 120 verify steps with captured features" in out.stdout
+    )
     assert "AV predicted unlike vLLM's own in: cost curves from the cell's own" in out.stdout
     assert "no CUDA-graph capture limit" in out.stdout and "no logits cap" in out.stdout
 

@@ -123,8 +123,7 @@ def test_cli_preflight_of_the_nightly_reports_every_arm_startable_or_unsupported
     for where, verdict in verdicts.items():
         assert verdict == "startable" or verdict.startswith("unsupported: "), (where, verdict)
     assert verdicts["pair inkling-mtp, arm av-k3"].startswith(
-        "unsupported: av-k3: vllm 0.33.0 refuses adaptive verification at start: "
-        + INKLING_REFUSAL
+        "unsupported: av-k3: vllm 0.33.0 refuses adaptive verification at start: " + INKLING_REFUSAL
     )
     assert verdicts["pair inkling-mtp, arm static-k3"] == "startable"
     for pair in ("mimo-dflash", "dsv4-dspark"):
@@ -145,7 +144,9 @@ def test_without_the_stand_in_vllms_cpu_platform_refuses_every_av_arm(
         assert res.speculator is None  # stopped at the config stage
 
 
-def test_doctor_warns_of_the_av_arm_vllm_would_refuse(gpu_standin_python, seed_checkpoints, tmp_path):
+def test_doctor_warns_of_the_av_arm_vllm_would_refuse(
+    gpu_standin_python, seed_checkpoints, tmp_path
+):
     from avbench.checks.doctor import DoctorOptions, run_doctor
 
     checks = run_doctor(

@@ -29,7 +29,14 @@ OLD_HOMES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli
 def test_cli_preflight_passes_every_seed_pair_against_033(gpu_standin_python, seed_checkpoints):
     """`avbench preflight --pair P ...` exactly as a user runs it on a GPU machine (the GPU's
     answers stood in for: tests/rehearsal/test_av_start_033.py)."""
-    cmd = [sys.executable, "-m", "avbench.cli", "preflight", "--vllm-python", str(gpu_standin_python)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "avbench.cli",
+        "preflight",
+        "--vllm-python",
+        str(gpu_standin_python),
+    ]
     for name in SEED_PAIRS:
         cmd += ["--pair", name]
     res = subprocess.run(

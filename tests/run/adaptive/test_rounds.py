@@ -52,7 +52,10 @@ def test_round_0_drafts_as_the_av_arm_it_predicts_when_the_sweep_leaves_the_meth
 
     static = next(a for a in arms_for(pair, first) if a.kind == "static")
     twin = speculative_config(pair, Arm("av", static.k), sweep)
-    assert speculative_config(pair, static, first)["draft_sample_method"] == twin["draft_sample_method"]
+    assert (
+        speculative_config(pair, static, first)["draft_sample_method"]
+        == twin["draft_sample_method"]
+    )
 
 
 def test_the_predicted_arms_are_the_smaller_static_k_and_av_only_where_it_runs(suite):

@@ -81,9 +81,7 @@ def test_each_arm_records_its_choice_and_the_twin_that_differs_warns(tmp_path):
         logs[name].parent.mkdir(parents=True, exist_ok=True)
         logs[name].write_text(text)
     reporter = Collect()
-    off = _record_engine(
-        store, Arm("static", 3), _unstarted(logs["static-k3"]), reporter
-    )
+    off = _record_engine(store, Arm("static", 3), _unstarted(logs["static-k3"]), reporter)
     assert off["attention_backend_chosen"] == "FLASHINFER" and reporter.warnings == []
     on = _record_engine(store, Arm("av", 3), _unstarted(logs["av-k3"]), reporter)
     assert on["attention_backend_chosen"] == "FLASH_ATTN"

@@ -146,7 +146,6 @@ def test_a_misspelt_fault_is_refused_not_ignored():
     assert ok.status_code == 400 and ok.json()["error"]["message"] == "injected 4xx"
 
 
-
 def _fake_server(*args: str) -> tuple[int, str]:
     """``python -m avbench.testing.fake_server ARGS``, run in this process: exit code, stderr."""
     res = run_cli(*args, app=cli)
