@@ -1,6 +1,5 @@
 """docs/cli.md is every command's --help as the CLI prints it now."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -8,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from avbench.testing.scripts import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "cli_reference.py"
 # The script's settings (width, no colour); loading it imports nothing of typer or avbench.
-_spec = importlib.util.spec_from_file_location("cli_reference", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-cli_reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cli_reference)
+cli_reference = load_script("cli_reference")
 FIX = "docs/cli.md is out of date: run `python scripts/cli_reference.py` and commit docs/cli.md"
 
 

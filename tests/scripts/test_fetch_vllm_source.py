@@ -5,16 +5,12 @@ unpacks)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fetch_vllm_source.py"
-spec = importlib.util.spec_from_file_location("fetch_vllm_source", SCRIPT)
-assert spec is not None and spec.loader is not None
-fetch = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fetch)
+from avbench.testing.scripts import load_script
+
+fetch = load_script("fetch_vllm_source")
 
 RECORDED = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 
