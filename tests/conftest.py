@@ -12,6 +12,10 @@ SUITES = REPO / "avbench" / "suites"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# pytest-xdist runs one worker per core: a torch (OpenMP) thread per core in each would spin
+# against the other workers.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +184,13 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _one_vllm_at_a_time(request):
-    """A `vllm` test that launches its own server (no shared one) runs with none shared alive."""
-    if request.node.get_closest_marker("vllm") and "shared_vllm" not in request.fixturenames:
+    """A `vllm` test that launches its own server (no shared one) runs with none shared alive;
+    under pytest-xdist each worker would start its own: refused."""
+    if not request.node.get_closest_marker("vllm"):
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("a vllm test runs one server at a time: run it without -n (make test does)")
+    if "shared_vllm" not in request.fixturenames:
         _SHARED.stop()
 
 

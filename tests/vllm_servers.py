@@ -141,7 +141,6 @@ class SharedVllm:
 
     key: str | None = None
     served: Any = None
-    starts: int = 0
 
     def get(self, key: str, start: Callable[[], S]) -> S:
         """The server for ``key``, or ``start()``: one started and ready, stopped should it
@@ -150,7 +149,6 @@ class SharedVllm:
             return cast(S, self.served)
         self.stop()
         self.served, self.key = start(), key
-        self.starts += 1
         return cast(S, self.served)
 
     def stop(self) -> None:
