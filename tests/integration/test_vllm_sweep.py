@@ -188,9 +188,8 @@ def test_ctrl_c_mid_cell_leaves_no_server_and_resume_finishes(tmp_path):
     while not (cells.exists() and cells.read_text().count("\n") >= 1):
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         assert time.monotonic() < deadline, "first cell never finished"
-        time.sleep(0.05)
-    # The second cell starts now and lasts about a second (a warmup, then 6 requests at c = 4):
-    # a signal sent later can find the sweep done.
+        time.sleep(0.2)
+    time.sleep(0.5)  # the second cell is now in flight
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
