@@ -56,11 +56,18 @@ demo: setup
 	  $(BIN)/avbench recommend results/$(DEMO_RUN) results/$(DEMO_RUN)-dyn results/$(DEMO_RUN)-temp0 && \
 	  exit $$status
 
+# The test tiers (docs/testing.md): the tests that start no vLLM server, on every core (`make
+# test-fast`); then those that do, one at a time, one server at a time. Either failing fails.
+FAST_TESTS := $(BIN)/pytest -q -n auto -m "not vllm" tests
+
 test: setup vllm-src
-	$(BIN)/pytest -q --durations=25 tests
+	@status=0; \
+	  $(FAST_TESTS) || status=$$?; \
+	  $(BIN)/pytest -q -m vllm --durations=25 tests || status=$$?; \
+	  exit $$status
 
 test-fast: setup vllm-src
-	$(BIN)/pytest -q -m "not integration" tests
+	$(FAST_TESTS)
 
 lint: setup
 	$(BIN)/ruff check avbench tests bench scripts

@@ -5,12 +5,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_servers import SharedVllm, TinyK3, VllmWatch, kill_group
 
 REPO = Path(__file__).resolve().parent.parent
 SUITES = REPO / "avbench" / "suites"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# pytest-xdist runs one worker per core: a torch (OpenMP) thread per core in each would spin
+# against the other workers.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +142,88 @@ def seed_checkpoints(seed_hf_home: Path, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HOME", str(seed_hf_home))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(seed_hf_home / "hub"))
     return seed_hf_home
+
+
+# ----------------------------------------------------------------------------- vLLM servers
+# Which tests start vLLM, and the servers they share (tests/vllm_servers.py, docs/testing.md).
+_WATCH = VllmWatch()
+_SHARED = SharedVllm()
+
+
+def pytest_sessionstart(session):
+    _WATCH.start()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _WATCH.test = item.nodeid
+    yield
+    _WATCH.test = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if call.when != "teardown" or item.get_closest_marker("vllm") is not None:
+        return
+    pids = _WATCH.started_during(item.nodeid)
+    if pids:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} started a vLLM server (pid {', '.join(map(str, pids))}) without the "
+            "`vllm` marker: mark it, or serve it the fake server (docs/testing.md)"
+        )
+
+
+def pytest_collection_modifyitems(items):
+    """The `vllm` tests last, those sharing a server first among them: it starts once."""
+    items.sort(key=lambda item: (
+        item.get_closest_marker("vllm") is not None,
+        "shared_vllm" not in getattr(item, "fixturenames", ()),
+    ))  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _one_vllm_at_a_time(request):
+    """A `vllm` test that launches its own server (no shared one) runs with none shared alive;
+    under pytest-xdist each worker would start its own: refused."""
+    if not request.node.get_closest_marker("vllm"):
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("a vllm test runs one server at a time: run it without -n (make test does)")
+    if "shared_vllm" not in request.fixturenames:
+        _SHARED.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_vllm():
+    """The session's one shared vLLM server slot (``SharedVllm``); stopped at the end."""
+    try:
+        yield _SHARED
+    finally:
+        _SHARED.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_k3(shared_vllm, tmp_path_factory):
+    """``tiny_k3()``: the shared ``TinyK3`` server, started on first use (for module fixtures;
+    tests take ``tiny_k3_server``)."""
+    return lambda: shared_vllm.get(TinyK3.KEY, lambda: TinyK3.start(tmp_path_factory.mktemp("k3")))
+
+
+@pytest.fixture
+def tiny_k3_server(tiny_k3) -> TinyK3:
+    """The tiny pair at static K = 3 with every capture on, behind an API key, shared."""
+    return tiny_k3()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    _SHARED.stop()  # Ctrl-C before the fixture's teardown
+    _WATCH.stop()
+    survivors = _WATCH.survivors()
+    for pid in survivors:
+        kill_group(pid)
+    if survivors:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nvLLM servers outlived the tests (killed now): pids {survivors}", file=sys.stderr)

@@ -21,7 +21,6 @@ AUC_FLOOR = 0.65
 @pytest.fixture(scope="module")
 def pair():
     root = tiny_pair_dir()
-    torch.set_num_threads(2)
     target = transformers.AutoModelForCausalLM.from_pretrained(
         root / "target", dtype=torch.float32, local_files_only=True
     ).eval()

@@ -1,7 +1,7 @@
 """`avbench sweep --adaptive` on a REAL vLLM CPU server (the embedded tiny pair): the max-K arm's
 server SIGKILLed while it starts stops the sweep with its reason and keeps the baseline's cell;
 `--resume` measures the max-K arm, predicts K = 1 from it and goes on until the verdict is
-decided or the cell budget is spent. Three or four server starts: marked `integration`."""
+decided or the cell budget is spent. Three or four server starts: marked `vllm`."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 
 from avbench.serving.server import find_free_port, group_alive, port_is_free, probe_vllm
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)

@@ -18,7 +18,7 @@ from avbench.inputs.schedule import check_dyn, k_at
 from avbench.serving.server import find_free_port, probe_vllm
 from avbench.store.run_store import RunStore
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)

@@ -2,7 +2,7 @@
 seeded-prefill crash, provoked with seeded requests (the demo sweep's sampling, T = 1, seed 0)
 and a token budget that splits every prefill (--max-num-batched-tokens 64). The cell fails with
 the server's own reason, the arm stops at once, the run exits 1; --resume, with avbench's fix
-on, measures both cells. Two server starts: marked `integration`."""
+on, measures both cells. Two server starts: marked `vllm`."""
 
 import json
 import shutil
@@ -16,7 +16,7 @@ import pytest
 
 from avbench.serving.server import find_free_port, group_alive, port_is_free, probe_vllm
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)

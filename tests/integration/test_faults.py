@@ -1,7 +1,7 @@
 """Faults injected for real into a REAL vLLM CPU server (the embedded tiny pair): the server
 SIGKILLed during the last cell of a sweep, then avbench SIGKILLed while the next server starts.
 
-Two server starts in all (the second is cut short): marked `integration`."""
+Two server starts in all (the second is cut short): marked `vllm`."""
 
 import json
 import os
@@ -22,7 +22,7 @@ from avbench.serving.server import (
     probe_vllm,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)

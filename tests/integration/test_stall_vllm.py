@@ -4,7 +4,7 @@ whole process group while avbench measures it. With the default timeouts the cel
 server, and --resume measures both cells on it once it is healthy again.
 
 avbench is attached (the test owns the server, so it can freeze and continue it): one server
-start, marked `integration`."""
+start, marked `vllm`."""
 
 import contextlib
 import json
@@ -20,7 +20,7 @@ import pytest
 from avbench.serving.server import probe_vllm
 from avbench.testing.tiny_server import tiny_capture_server
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)

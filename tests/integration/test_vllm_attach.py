@@ -1,7 +1,5 @@
-"""`avbench sweep --endpoint URL` with no suite file against a REAL vLLM CPU server (tiny pair).
-
-One server for the module (a start costs ~1 min on 2 shared cores), stopped even on failure.
-"""
+"""`avbench sweep --endpoint URL` with no suite file against a REAL vLLM CPU server (tiny pair):
+the session's shared static-k3 server (``tiny_k3_server``, docs/testing.md)."""
 
 import os
 import subprocess
@@ -9,31 +7,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from vllm_servers import TinyK3
 
-from avbench.inputs.suite import load_suite
-from avbench.plan.cells import Arm
-from avbench.serving.server import Launch, arm_server, find_free_port, probe_vllm
+from avbench.serving.server import probe_vllm
 from avbench.store.run_store import RunStore
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
 
 
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory):
-    pair = load_suite().pair("tiny-cpu")
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    server = arm_server(pair, Arm("static", 3), Launch(find_free_port(), log, ready_timeout_s=600))
-    with server:
-        server.wait_ready({})
-        yield server
-
-
 def avbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    # cwd outside the repo: no ./suites, so nothing comes from a suite file.
-    env = {k: v for k, v in os.environ.items() if k not in ("AVBENCH_SUITES", "OPENAI_API_KEY")}
+    # cwd outside the repo: no ./suites, so nothing comes from a suite file. The key is the
+    # shared server's.
+    env = {k: v for k, v in os.environ.items() if k != "AVBENCH_SUITES"}
+    env["OPENAI_API_KEY"] = TinyK3.API_KEY
     return subprocess.run(
         [sys.executable, "-m", "avbench.cli", *args],
         capture_output=True,
@@ -44,7 +33,8 @@ def avbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_synthetic_lengths_are_what_the_server_counted(vllm, tmp_path):
+def test_synthetic_lengths_are_what_the_server_counted(tiny_k3_server, tmp_path):
+    vllm = tiny_k3_server.server
     res = avbench(
         "sweep", "--endpoint", vllm.base_url, "--workload", "synthetic", "--input-len", "32",
         "--output-len", "128", "--ignore-eos", "--concurrencies", "1,4", "--requests", "32",
@@ -68,7 +58,8 @@ def test_synthetic_lengths_are_what_the_server_counted(vllm, tmp_path):
     assert src["origin"] == "synthetic:server:/tokenize of tiny-target"
 
 
-def test_wrong_model_fails_before_any_request(vllm, tmp_path):
+def test_wrong_model_fails_before_any_request(tiny_k3_server, tmp_path):
+    vllm = tiny_k3_server.server
     before = vllm.log_path.read_text().count("POST /v1/")
     res = avbench(
         "sweep", "--endpoint", vllm.base_url, "--model", "not-served", "--workload", "synthetic",

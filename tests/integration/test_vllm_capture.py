@@ -1,6 +1,6 @@
-"""The avbench vLLM plugin inside a REAL vLLM CPU server (tiny pair, K = 3, greedy).
-
-One server for the whole module, started with captures on exactly as a sweep would start it.
+"""The avbench vLLM plugin inside a REAL vLLM CPU server (tiny pair, K = 3, greedy): the
+session's shared static-k3 server (``tiny_k3_server``), started with captures on exactly as a
+sweep would start it (docs/testing.md).
 """
 
 import json
@@ -8,59 +8,28 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import numpy as np
 import pandas as pd
 import pytest
+from vllm_servers import TinyK3
 
 from avbench.estimator.drafts import read_drafts
 from avbench.metrics.prometheus import window_counters
 from avbench.serving.capture import read_captured, read_status, wait_flushed
-from avbench.serving.server import ServerProcess, probe_vllm
-from avbench.testing.tiny_server import tiny_capture_server
+from avbench.serving.server import probe_vllm
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
 
-K = 3
+K = TinyK3.K
 
 
-@dataclass
-class Served:
-    server: ServerProcess
-    capture: Path
-    model: str
-
-    @property
-    def url(self) -> str:
-        return self.server.base_url
-
-    def metrics(self) -> str:
-        return httpx.get(f"{self.url}/metrics", timeout=30).text
-
-    def complete(self, prompt, max_tokens: int = 40) -> str:
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": 0, "ignore_eos": True}  # fmt: skip
-        r = httpx.post(f"{self.url}/v1/completions", json=body, timeout=300)
-        assert r.status_code == 200, r.text
-        return r.json()["id"]
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    cap = tmp_path_factory.mktemp("capture")
-    server, pair = tiny_capture_server(K, cap, cap.parent / "server.log", ready_timeout_s=600)
-    server.start()
-    try:
-        server.wait_ready()
-        yield Served(server, cap, pair.model_name)
-    finally:
-        server.stop()
+@pytest.fixture
+def served(tiny_k3_server: TinyK3) -> TinyK3:
+    return tiny_k3_server
 
 
 def accepted_by_position(drafts: pd.DataFrame) -> dict[int, int]:
@@ -77,7 +46,8 @@ def test_sweep_captures_equal_the_servers_counters(served, tmp_path):
         "--concurrencies", "1,3", "--warmup", "1", "--requests", "4", "--temperature", "0",
         "--max-tokens", "32", "--results", str(results), "--run-id", "cap", "--no-report",
     ]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                         env=os.environ | {"OPENAI_API_KEY": TinyK3.API_KEY})  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "have no definition" not in res.stderr  # every capture column is in the row schema
     run = results / "cap"

@@ -16,7 +16,7 @@ import pytest
 
 from avbench.serving.server import probe_vllm
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)

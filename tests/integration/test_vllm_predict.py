@@ -1,59 +1,53 @@
 """Per-request acceptance, step timings and `avbench predict` against a REAL vLLM CPU server.
 
-One server (tiny pair, static K = 3, greedy) for the module, started as a sweep starts its arm
-(``--per-request-spec-decode-metrics detailed`` on the command line, the plugin capturing
-drafts and steps); one attached sweep of two cells shared by the tests.
+The session's shared server (``tiny_k3_server``: tiny pair, static K = 3, started as a sweep starts
+its arm, ``--per-request-spec-decode-metrics detailed`` on the command line, the plugin capturing
+drafts and steps among others); one attached sweep of two cells shared by the tests.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from vllm_servers import TinyK3
 
 from avbench.metrics.prometheus import window_counters
 from avbench.serving.capture import read_captured
 from avbench.serving.server import probe_vllm
 from avbench.store.run_store import RunStore
-from avbench.testing.tiny_server import tiny_capture_server
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
 
-K = 3
+K = TinyK3.K
 
 
 def avbench(*args, timeout=900):
     return subprocess.run(
         [sys.executable, "-m", "avbench.cli", *args], capture_output=True, text=True,
-        timeout=timeout,
+        timeout=timeout, env=os.environ | {"OPENAI_API_KEY": TinyK3.API_KEY},
     )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    cap = tmp_path_factory.mktemp("capture")
-    server, _ = tiny_capture_server(
-        K, cap, cap.parent / "server.log", ready_timeout_s=600, kinds=("drafts", "steps")
-    )
-    results = cap.parent / "results"
-    server.start()
-    try:
-        server.wait_ready()
-        res = avbench(
-            "sweep", "--pair", "tiny-cpu", "--endpoint", server.base_url, "--arm", f"static-k{K}",
-            "--capture-dir", str(cap), "--capture", "drafts,steps", "--workloads", "gsm8k-tiny",
-            "--concurrencies", "1,3", "--warmup", "1", "--requests", "6", "--temperature", "0",
-            "--max-tokens", "48", "--results", str(results), "--run-id", "pred", "--no-report",
-        )  # fmt: skip
-    finally:
-        server.stop()
+def run(tiny_k3, tmp_path_factory) -> Path:
+    served: TinyK3 = tiny_k3()
+    results = tmp_path_factory.mktemp("pred")
+    res = avbench(
+        "sweep", "--pair", "tiny-cpu", "--endpoint", served.url, "--arm", f"static-k{K}",
+        "--capture-dir", str(served.capture), "--capture", "drafts,steps", "--workloads",
+        "gsm8k-tiny", "--concurrencies", "1,3", "--warmup", "1", "--requests", "6",
+        "--temperature", "0", "--max-tokens", "48", "--results", str(results), "--run-id", "pred",
+        "--no-report",
+    )  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "have no definition" not in res.stderr
     return results / "pred"

@@ -16,7 +16,7 @@ from avbench.checks.sanity import EXIT_REJECTS
 from avbench.serving.server import probe_vllm
 from avbench.testing.cli import run_cli
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)

@@ -1,6 +1,6 @@
 """End to end against a REAL vLLM CPU server serving the embedded tiny pair.
 
-Slow (each server start is ~30-60 s on 2 cores): marked `integration`.
+Slow (each server start is ~30-60 s on 2 cores): marked `vllm`.
 """
 
 import json
@@ -28,7 +28,7 @@ from avbench.serving.server import (
 )
 from avbench.store.run_store import RunStore
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.vllm
 
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
@@ -54,15 +54,14 @@ def grep_run(run: Path, secret: str) -> list[Path]:
     return [p for p in run.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-def serve(pair_name: str, arm: Arm, tmp_path: Path, key: str | None = None) -> ServerProcess:
+def serve(pair_name: str, arm: Arm, tmp_path: Path) -> ServerProcess:
     pair = load_suite().pair(pair_name)
-    launch = Launch(find_free_port(), tmp_path / "server" / "server.log", api_key=key,
-                    ready_timeout_s=400)  # fmt: skip
+    launch = Launch(find_free_port(), tmp_path / "server" / "server.log", ready_timeout_s=400)
     return arm_server(pair, arm, launch)
 
 
 def attach_sweep(url, results, run_id, workload, concurrencies, requests, key):
-    """`avbench sweep --endpoint` on the tiny pair's static-k3 server, no warmup."""
+    """`avbench sweep --endpoint` on the shared tiny static-k3 server, no warmup."""
     run_avbench(
         "sweep", "--pair", "tiny-cpu", "--endpoint", url, "--arm", "static-k3",
         "--workloads", workload, "--concurrencies", concurrencies, "--warmup", "0",
@@ -76,16 +75,14 @@ def accept_pos(row: dict) -> list[float]:
     return [row[f"accept_pos_{i}"] for i in range(8) if row.get(f"accept_pos_{i}") is not None]
 
 
-def test_two_cells_agree_with_the_servers_own_counters(tmp_path):
-    key = "sk-integration-attach-5e1"
-    headers = {"Authorization": f"Bearer {key}"}
-    with serve("tiny-cpu", Arm("static", 3), tmp_path, key) as server:
-        server.wait_ready(headers)
-        before = httpx.get(f"{server.base_url}/metrics", headers=headers).text
-        attach_sweep(server.base_url, tmp_path, "r", "gsm8k-tiny", "1,4", 8, key)
-        after = httpx.get(f"{server.base_url}/metrics", headers=headers).text
-        # MT-Bench on the same server: turn 2 must carry the model's real turn-1 answer.
-        attach_sweep(server.base_url, tmp_path, "mt", "mt-bench-tiny", "2", 3, key)
+def test_two_cells_agree_with_the_servers_own_counters(tiny_k3_server, tmp_path):
+    key, served = tiny_k3_server.API_KEY, tiny_k3_server
+    url, headers = served.url, served.headers
+    before = httpx.get(f"{url}/metrics", headers=headers).text
+    attach_sweep(url, tmp_path, "r", "gsm8k-tiny", "1,4", 8, key)
+    after = httpx.get(f"{url}/metrics", headers=headers).text
+    # MT-Bench on the same server: turn 2 must carry the model's real turn-1 answer.
+    attach_sweep(url, tmp_path, "mt", "mt-bench-tiny", "2", 3, key)
     mt = RunStore.open(tmp_path / "mt").records_frame()
     assert len(mt) == 6 and set(mt["turn"]) == {0, 1}
     for _, turns in mt.groupby("conversation_id"):
@@ -100,7 +97,7 @@ def test_two_cells_agree_with_the_servers_own_counters(tmp_path):
     store = RunStore.open(tmp_path / "r")
     rows = list(store.finished_cells().values())
     assert len(rows) == 2
-    # No warmup and nothing else on the server: the two windows add up to the server's total.
+    # No warmup and nothing else on the server meanwhile: the two windows add up to its total.
     assert sum(r["num_drafts"] for r in rows) == total.drafts > 0
     assert sum(r["num_draft_tokens"] for r in rows) == total.draft_tokens == 3 * total.drafts
     assert sum(r["num_accepted"] for r in rows) == total.accepted
