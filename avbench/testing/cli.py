@@ -1,11 +1,12 @@
-"""avbench's command line run inside the test process: the same entry point, exit codes and
-output as ``python -m avbench.cli``, without an interpreter start-up (about 2 s of imports) per
-command, for tests that run many commands."""
+"""avbench's command line in tests: run inside the test process (the same entry point, exit codes
+and output as ``python -m avbench.cli``, without an interpreter start-up of about 2 s of imports
+per command), or as a child that a test interrupts."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import signal
 import subprocess
 import sys
 
@@ -29,3 +30,11 @@ def run_cli(*args: str, app: typer.Typer | None = None) -> subprocess.CompletedP
     finally:
         sys.argv = argv
     return subprocess.CompletedProcess(["avbench", *args], code, out.getvalue(), err.getvalue())
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that a test interrupts as Ctrl-C in a terminal would.
+
+    An ignored SIGINT is inherited across exec (xdist's workers and a shell's background jobs
+    ignore it), and a Python started with SIGINT ignored never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from avbench.testing.cli import run_cli
+from avbench.testing.cli import default_sigint, run_cli
 from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
 
@@ -391,6 +391,7 @@ def test_ctrl_c_prints_the_run_directory_to_resume(tmp_path):
             [sys.executable, "-m", "avbench.cli", *attach(srv.base_url, tmp_path, "--run-id", "r")],
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=default_sigint,
         )
         deadline = time.monotonic() + 120
         while srv.stats()["requests"] < 1:  # measuring

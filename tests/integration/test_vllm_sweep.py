@@ -27,6 +27,7 @@ from avbench.serving.server import (
     probe_vllm,
 )
 from avbench.store.run_store import RunStore
+from avbench.testing.cli import default_sigint
 
 pytestmark = pytest.mark.vllm
 
@@ -181,6 +182,7 @@ def test_ctrl_c_mid_cell_leaves_no_server_and_resume_finishes(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     run = tmp_path / "r"
     cells = run / "cells.jsonl"
