@@ -25,7 +25,13 @@ import httpx
 from avbench.inputs.suite import load_suite
 from avbench.plan.cells import Arm
 from avbench.serving.capture import CaptureSettings
-from avbench.serving.server import Launch, ServerProcess, arm_server, find_free_port
+from avbench.serving.server import (
+    Launch,
+    ServerProcess,
+    arm_server,
+    find_free_port,
+    proc_stat,
+)
 
 # The OpenAI-compatible server's entry modules all live here (avbench.serving.server.VLLM_MODULE);
 # vLLM's engine and worker processes are renamed (VLLM::EngineCore) or run other modules.
@@ -37,14 +43,9 @@ S = TypeVar("S", bound="Served")
 def _ppids() -> dict[int, int]:
     out = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_bytes()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        out[int(name)] = int(stat.rsplit(b")", 1)[1].split()[1])
+        fields = proc_stat(name) if name.isdigit() else None
+        if fields is not None:
+            out[int(name)] = int(fields[1])
     return out
 
 
@@ -79,11 +80,8 @@ def vllm_servers_below(root: int) -> set[int]:
 
 def _alive(pid: int) -> bool:
     """Running, not merely a zombie its parent has yet to reap."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 @dataclass

@@ -627,17 +627,23 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+def proc_stat(pid: int | str) -> list[str] | None:
+    """A process's /proc stat fields from its state on (state, ppid, pgrp, ...); None once gone.
+
+    The command name before them may hold spaces or parens: they start after the last ')'."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2 :].split()
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of a process group, read from /proc."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces or parens: fields start after the last ')'.
-        fields = text[text.rfind(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        fields = proc_stat(stat.parent.name)
+        if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
             pids.append(int(stat.parent.name))
     return pids
 
