@@ -10,7 +10,10 @@ only to derive.
 Widening (``widen``): every layer's MLP grows from I to W units. The new gate and up rows draw
 uniformly with the root mean square of that layer's existing rows; the new down_proj columns
 draw the same way times ``epsilon`` at the existing down_proj's scale. With epsilon 0 the new
-units add exact zeros and the model computes what the source does. Uniform, not normal: torch's
+units add exact zeros and the model computes what the source does. ``logit_scale`` multiplies
+the final norm's weight: a power of two, so the logits are exactly the source's times it (the
+source at temperature 1 / logit_scale), a sharper target whose disagreement with its drafter
+grows where the drafter is unsure. Uniform, not normal: torch's
 CPU normal sampler gives other values on another instruction set (DEFAULT vs AVX2, after bf16
 rounding too), while its uniform draws are 24-bit integers times 2^-24, the same everywhere; the
 affine map after them is one correctly rounded float32 operation. Each unit's pre-activation sums
@@ -35,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from avbench.errors import AssetError
 
@@ -49,6 +52,7 @@ WEIGHTS = "model.safetensors"
 # Copied from the source as they are: the tokenizer with its chat template, generation defaults.
 COPIED = ("generation_config.json", "tokenizer.json", "tokenizer_config.json")
 _MLP = re.compile(r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight")
+_FINAL_NORM = "model.norm.weight"
 _HASH_CHUNK = 1 << 20
 
 
@@ -61,6 +65,7 @@ class WideRecipe(BaseModel):
     source: str  # a model dir under avbench/assets/
     width: int = Field(gt=0, le=1 << 20)  # MLP units per layer after widening
     epsilon: float = Field(ge=0)  # scale of the new down_proj columns, relative to the old ones
+    logit_scale: float = 1.0  # the final norm's weight times this power of two
     seed: int = Field(ge=0)
     # bf16 like the shipped assets: the cast is exact for the source and round-to-nearest-even
     # (deterministic) for the draws; it keeps epsilon-sized weights to 2^-9 relative, as float32
@@ -68,6 +73,14 @@ class WideRecipe(BaseModel):
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
     sha256: str = Field(pattern=r"^([0-9a-f]{64})?$")  # of model.safetensors; "": not checked
     torch: str  # the torch version the hash was recorded with (named when it differs)
+
+    @field_validator("logit_scale")
+    @classmethod
+    def _power_of_two(cls, value: float) -> float:
+        # only a power of two scales every logit exactly (bf16 weight and float32 arithmetic)
+        if value <= 0 or math.frexp(value)[0] != 0.5:
+            raise ValueError("expected a power of two (0.5, 1, 2, 4, ...)")
+        return value
 
     @property
     def ref(self) -> str:
@@ -79,7 +92,9 @@ class WideRecipe(BaseModel):
 
     def key(self) -> str:
         """Short hash of what the derived bytes depend on: the recipe and the source's weights."""
-        inputs = self.model_dump(include={"source", "width", "epsilon", "seed", "dtype"})
+        inputs = self.model_dump(
+            include={"source", "width", "epsilon", "logit_scale", "seed", "dtype"}
+        )
         inputs["source_sha256"] = file_sha256(self.source_file(WEIGHTS))
         return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -156,8 +171,9 @@ def _uniform(shape: tuple[int, int], rms: float, gen: torch.Generator) -> torch.
 
 
 def widen(state: Mapping[str, torch.Tensor], recipe: WideRecipe) -> dict[str, torch.Tensor]:
-    """The source's weights with every layer's MLP widened to ``recipe.width`` units (module
-    docstring); the first I units, and every other tensor, are the source's unchanged."""
+    """The source's weights with every layer's MLP widened to ``recipe.width`` units and the final
+    norm scaled by ``recipe.logit_scale`` (module docstring); the first I units, and every other
+    tensor, are the source's unchanged."""
     import torch
 
     mlp: dict[int, dict[str, torch.Tensor]] = {}
@@ -188,6 +204,13 @@ def widen(state: Mapping[str, torch.Tensor], recipe: WideRecipe) -> dict[str, to
             )
         cols = _uniform((hidden, new[0]), recipe.epsilon * _rms(down), gen)
         out[prefix + "down_proj.weight"] = torch.cat([down.to(dtype), cols.to(dtype)], dim=1)
+    if recipe.logit_scale != 1:
+        if _FINAL_NORM not in state:
+            raise AssetError(
+                f"{recipe.source_dir / WEIGHTS}: logit_scale needs the final norm's weight "
+                f"({_FINAL_NORM}), which it lacks"
+            )
+        out[_FINAL_NORM] = (state[_FINAL_NORM].float() * recipe.logit_scale).to(dtype)
     return out
 
 
@@ -295,8 +318,8 @@ def ensure(name: str) -> Path:
         verify(found, dest)
         return dest
     print(
-        f"avbench: deriving {found.ref} (width {found.width}, epsilon {found.epsilon}, seed "
-        f"{found.seed}) from @assets/{found.source} into {dest} ...",
+        f"avbench: deriving {found.ref} (width {found.width}, epsilon {found.epsilon}, logit "
+        f"scale {found.logit_scale:g}, seed {found.seed}) from @assets/{found.source} into {dest} ...",
         file=sys.stderr,
         flush=True,
     )

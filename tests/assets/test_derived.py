@@ -76,7 +76,9 @@ def test_the_widened_model_is_the_source_plus_new_units(wide: Path):
     assert sum(w.numel() for w in new.values()) == sum(w.numel() for w in old.values()) + grown
     assert sum(w.numel() for w in new.values()) == 38_208_640
     for name, w in old.items():
-        if ".mlp." not in name:
+        if name == "model.norm.weight":
+            assert torch.equal(new[name], w * RECIPE.logit_scale)
+        elif ".mlp." not in name:
             assert torch.equal(new[name], w), name
         elif "down_proj" in name:
             assert new[name].shape == (128, RECIPE.width)
@@ -105,13 +107,21 @@ def test_derivation_is_deterministic_on_any_instruction_set(wide: Path, tmp_path
 
 @pytest.mark.parametrize("width", [1024, RECIPE.width])
 def test_epsilon_zero_computes_exactly_what_the_source_does(width: int, tmp_path: Path):
-    dest = derived.derive(small(width=width, epsilon=0.0), tmp_path / "target")
+    dest = derived.derive(small(width=width, epsilon=0.0, logit_scale=1.0), tmp_path / "target")
     for got, want in zip(logits(dest), logits(SOURCE), strict=True):
         assert torch.equal(got, want)
 
 
+def test_the_logit_scale_multiplies_every_logit_exactly(tmp_path: Path):
+    """The wide target at epsilon 0 is its drafter at temperature 1 / logit_scale, bit for bit."""
+    assert RECIPE.logit_scale == 4
+    dest = derived.derive(small(epsilon=0.0), tmp_path / "target")
+    for got, want in zip(logits(dest), logits(SOURCE), strict=True):
+        assert torch.equal(got, want * RECIPE.logit_scale)
+
+
 def test_epsilon_changes_the_function(tmp_path: Path):
-    dest = derived.derive(small(), tmp_path / "target")
+    dest = derived.derive(small(logit_scale=1.0), tmp_path / "target")
     assert not any(torch.equal(a, b) for a, b in zip(logits(dest), logits(SOURCE), strict=True))
 
 
@@ -186,9 +196,22 @@ def test_an_unknown_recipe_lists_the_known_ones():
     )
 
 
-def test_a_bad_recipe_file_names_the_field(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize(
+    ("line", "bad_line", "message"),
+    [
+        ("width = 24576", "width = 0", "width: Input should be greater than 0"),
+        (
+            "logit_scale = 4",
+            "logit_scale = 3",
+            "logit_scale: Value error, expected a power of two (0.5, 1, 2, 4, ...)",
+        ),
+    ],
+)
+def test_a_bad_recipe_file_names_the_field(line, bad_line, message, tmp_path: Path, monkeypatch):
     bad = tmp_path / "derived.toml"
-    bad.write_text((derived.RECIPES_FILE.read_text()).replace("width = 24576", "width = 0"))
+    text = derived.RECIPES_FILE.read_text()
+    assert line in text
+    bad.write_text(text.replace(line, bad_line))
     monkeypatch.setattr(derived, "RECIPES_FILE", bad)
     derived.recipes.cache_clear()
     try:
@@ -196,7 +219,7 @@ def test_a_bad_recipe_file_names_the_field(tmp_path: Path, monkeypatch):
             derived.recipes()
     finally:
         derived.recipes.cache_clear()
-    assert one_line(exc) == f"{bad}: tiny-wide.width: Input should be greater than 0"
+    assert one_line(exc) == f"{bad}: tiny-wide.{message}"
 
 
 def test_make_setup_derives_or_checks_every_recipe(wide: Path, monkeypatch, capsys):
