@@ -37,9 +37,7 @@ def test_tp4_with_three_arms_runs_two_at_once_then_one():
     _disjoint(waves)
 
 
-@pytest.mark.parametrize(
-    "tp,sizes", [(1, [5, 5]), (2, [4, 4, 2]), (4, [2] * 5), (8, [1] * 10)]
-)
+@pytest.mark.parametrize("tp,sizes", [(1, [5, 5]), (2, [4, 4, 2]), (4, [2] * 5), (8, [1] * 10)])
 def test_every_tp_fills_waves_in_plan_order_on_disjoint_gpus(tp, sizes):
     sessions = _sessions(tp, repeats=2)
     waves = plan_waves(sessions, EIGHT)

@@ -1,0 +1,111 @@
+"""Arms side by side on one host's GPUs (``--gpus``): each server with its own
+CUDA_VISIBLE_DEVICES, port and capture dir, each arm's load driver in its own process, the
+placements in the manifest. The project's fake streaming server stands in for vLLM
+(``avbench.testing.fake_vllm``): what is under test is the scheduling; the GPUs are ids only."""
+
+from itertools import combinations
+
+import pytest
+
+from avbench.inputs.suite import load_suite
+from avbench.plan.gpus import GpuSet
+from avbench.run.runner import SweepOptions, start_sweep
+from avbench.serving.server import find_free_port
+from avbench.store.artefacts import SweepManifest
+from avbench.testing.fake_server import ServerConfig
+from avbench.testing.fake_vllm import gpus_given, interpreter
+
+ARMS = ["baseline", "static-k1", "static-k3"]
+
+
+@pytest.fixture(scope="module")
+def vllm_python(tmp_path_factory):
+    # Each cell takes a few tenths of a second: sessions side by side overlap for sure.
+    cfg = ServerConfig(tokens_per_chunk=2, output_tokens=12, inter_chunk_delay_s=0.02)
+    return str(interpreter(tmp_path_factory.mktemp("fake-vllm"), cfg))
+
+
+def _opts(tmp_path, vllm_python, run_id, **kw) -> SweepOptions:
+    suite = load_suite()
+    sweep = suite.sweep("demo").model_copy(
+        update={
+            "arms": ["baseline", "static"],
+            "k_values": [1, 3],
+            "static_k": "all",
+            "workloads": ["gsm8k-tiny"],
+            "concurrencies": [1, 2],
+            "min_requests": 4,
+            "requests_per_concurrency": 1,
+            "warmup": 1,
+            "capture": None,
+        }
+    )
+    return SweepOptions(
+        pair=suite.pair("tiny-cpu"),
+        sweep=sweep,
+        workloads=suite.workloads,
+        results_dir=tmp_path,
+        run_id=run_id,
+        port=find_free_port(),
+        vllm_python=vllm_python,
+        **kw,
+    )
+
+
+def _manifest(out) -> SweepManifest:
+    m = out.store.read_manifest()
+    assert isinstance(m, SweepManifest)
+    return m
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory, vllm_python):
+    results = tmp_path_factory.mktemp("results")
+    return start_sweep(_opts(results, vllm_python, "wide", gpus=GpuSet.parse("0-3")))
+
+
+def test_three_arms_on_four_gpus_run_at_once_each_on_its_own_gpu(wide):
+    out = wide
+    assert not out.failed and len(out.finished) == 6
+    m = _manifest(out)
+    store = out.store
+    by_arm = {p.arm: p for p in m.placements}
+    assert sorted(by_arm) == sorted(ARMS) and len(m.placements) == 3
+    assert [by_arm[a].gpus for a in ARMS] == [[0], [1], [2]]
+    assert all(p.backend == "process" and p.ended_at for p in m.placements)
+    for a in ARMS:  # the server was given exactly its GPU, and listened on its own port
+        assert gpus_given(store.arm_dir(a) / "server.log") == str(by_arm[a].gpus[0])
+    for a, b in combinations(m.placements, 2):  # they did run at the same time
+        assert a.overlaps(b), (a, b)
+    co = m.co_tenants()
+    assert set(co) == set(store.finished_cells())
+    for cell_id, others in co.items():
+        arm = cell_id.split("__")[0]
+        assert others == sorted(set(ARMS) - {arm})
+    assert m.status == "finished" and m.counts is not None and m.counts.measured == 6
+
+
+def test_one_gpu_is_the_sequential_sweep_with_the_same_cells_and_no_co_tenant(
+    tmp_path, vllm_python, wide
+):
+    one = start_sweep(_opts(tmp_path, vllm_python, "one", gpus=GpuSet.parse("2")))
+    assert set(one.store.finished_cells()) == set(wide.store.finished_cells())
+    m = _manifest(one)
+    assert [p.arm for p in m.placements] == ARMS  # in plan order, one after the other
+    assert all(p.backend == "local" and p.gpus == [2] for p in m.placements)
+    assert not any(a.overlaps(b) for a, b in combinations(m.placements, 2))
+    assert all(others == [] for others in m.co_tenants().values())
+    assert gpus_given(one.store.arm_dir("static-k1") / "server.log") == "2"
+
+
+def test_an_isolated_arm_runs_alone(tmp_path, vllm_python):
+    opts = _opts(tmp_path, vllm_python, "iso", gpus=GpuSet.parse("0-3"), isolate=["static-k3"])
+    out = start_sweep(opts)
+    assert not out.failed
+    m = _manifest(out)
+    by_arm = {p.arm: p for p in m.placements}
+    assert by_arm["baseline"].overlaps(by_arm["static-k1"])
+    assert not any(by_arm["static-k3"].overlaps(by_arm[a]) for a in ARMS[:2])
+    co = m.co_tenants()
+    assert co["static-k3__gsm8k-tiny__c1__rep0"] == []
+    assert co["baseline__gsm8k-tiny__c2__rep0"] == ["static-k1"]
