@@ -38,7 +38,7 @@ from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
 from avbench.serving.server_log import ENGINE_COLUMNS, engine_differences
-from avbench.store.artefacts import ArmEntry
+from avbench.store.artefacts import ArmEntry, SweepManifest
 from avbench.store.run_store import write_together
 
 CSS = """
@@ -158,6 +158,7 @@ def _build(rs: RunSet) -> _Page:
         _acceptance(page, points, colors)
         _latency(page, rs)
         _cells(page, points)
+        _co_tenants(page, rs)
         quality_section(page, rs)
     _failures(page, rs)
     definitions_note(page)
@@ -606,6 +607,36 @@ def _cells(page: _Page, points: pd.DataFrame) -> None:
             rows,
         )
     )
+
+
+CO_TENANCY = (
+    "These cells were measured while other arms' servers ran on the same host (sweep --gpus, "
+    "or Ray tasks on one node), each on its own GPUs. They share the host's CPUs, memory "
+    "bandwidth, PCIe and power budget: throughput and latency can differ from a cell measured "
+    "alone, most on CPU-bound load drivers and at low concurrency. Measure a close verdict's "
+    "arms with --isolate and check them with avbench compare (docs/scale-out.md)."
+)
+
+
+def _co_tenants(page: _Page, rs: RunSet) -> None:
+    """Flag each measured cell that shared its host with other arms (the manifest's
+    placements), with the arms beside it and its server's GPUs."""
+    measured = set(zip(rs.cells["run_id"], rs.cells["cell_id"], strict=True))
+    rows = []
+    for r in rs.runs:
+        m = r.manifest
+        if not isinstance(m, SweepManifest):
+            continue
+        gpus = {c: p.gpus for p in m.placements for c in p.cells}
+        for cell, others in m.co_tenants().items():
+            if others and (r.run_id, cell) in measured:
+                on = ",".join(map(str, gpus.get(cell, []))) or tables.MISSING
+                rows.append((r.run_id, cell, ", ".join(others), on))
+    if not rows:
+        return
+    page.section("Co-tenant cells")
+    page.text(CO_TENANCY, "warn")
+    page.table(tables.Table(("run", "cell", "arms beside it", "its GPUs"), tuple(rows)))
 
 
 def _failures(page: _Page, rs: RunSet) -> None:

@@ -9,9 +9,11 @@ import pytest
 
 from avbench.inputs.suite import load_suite
 from avbench.plan.gpus import GpuSet
+from avbench.report import write_report
 from avbench.run.runner import SweepOptions, start_sweep
 from avbench.serving.server import find_free_port
 from avbench.store.artefacts import SweepManifest
+from avbench.testing.cli import run_cli
 from avbench.testing.fake_server import ServerConfig
 from avbench.testing.fake_vllm import gpus_given, interpreter
 
@@ -37,7 +39,7 @@ def _opts(tmp_path, vllm_python, run_id, **kw) -> SweepOptions:
             "min_requests": 4,
             "requests_per_concurrency": 1,
             "warmup": 1,
-            "capture": None,
+            "capture": [],
         }
     )
     return SweepOptions(
@@ -109,3 +111,16 @@ def test_an_isolated_arm_runs_alone(tmp_path, vllm_python):
     co = m.co_tenants()
     assert co["static-k3__gsm8k-tiny__c1__rep0"] == []
     assert co["baseline__gsm8k-tiny__c2__rep0"] == ["static-k1"]
+
+
+def test_compare_checks_the_co_tenant_cells_against_their_isolated_repeat(
+    tmp_path, vllm_python, wide
+):
+    alone = start_sweep(_opts(tmp_path, vllm_python, "alone", gpus=GpuSet.parse("0")))
+    got = run_cli("compare", str(alone.store.root), str(wide.store.root))
+    assert got.returncode in (0, 1), got.stderr  # compared (a fake server's noise may differ)
+    assert "Co-tenant cells in wide (6, measured beside other arms" in got.stdout
+    assert "static-k1__gsm8k-tiny__c2__rep0" in got.stdout.split("Co-tenant cells in wide")[1]
+    assert "Co-tenant cells in alone" not in got.stdout
+    md = write_report([wide.store.root], static_figures=False).markdown.read_text()
+    assert "## Co-tenant cells" in md and "| wide | baseline__gsm8k-tiny__c1__rep0 |" in md
