@@ -390,9 +390,14 @@ def _backend(req: SweepRequest) -> SessionBackend | None:
     """--ray: the arms as tasks of that cluster (Ray is imported only then); else this host."""
     if req.ray is None:
         return None
-    from avbench.run.ray_backend import RayBackend
+    try:
+        from avbench.run.ray_backend import RayBackend
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "ray":
+            raise
+        raise AvbenchError("--ray: Ray is not installed (pip install 'avbench[ray]')") from None
 
-    return RayBackend.connect(req.ray, port=req.port)
+    return RayBackend.connect(req.ray)
 
 
 def _resume(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
@@ -437,8 +442,8 @@ def _adaptive(
 def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
     from avbench.run.runner import start_sweep
 
-    opts = _options(req, secret)
-    return start_sweep(opts, reporter, _backend(req))
+    backend = _backend(req)  # Ray missing or its cluster unreachable: before the pre-flight
+    return start_sweep(_options(req, secret), reporter, backend)
 
 
 def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:

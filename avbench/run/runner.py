@@ -194,6 +194,8 @@ def resume_sweep(
         opts.served_model = probe_endpoint(opts)
         probe_tokenizer(opts)
     store.update_manifest(status="running", resumed_at=utcnow())
+    if opts.endpoint is None:
+        store.end_placements()  # the sessions of the run's last invocation are over
     return _execute(store, opts, plan, install, reporter, backend)
 
 
@@ -524,7 +526,6 @@ def run_session(job: SessionJob, put: Callable[[Event], None]) -> SessionResult:
     """A session in a process of its own (beside other arms, or a Ray task): its own load
     driver and event loop, the run directory's store, progress sent through ``put``. Cells
     already stored are skipped, so a session re-run after its process was lost resumes."""
-    _install_sigterm()
     store = RunStore.open(job.root)
     outcome = SweepOutcome(store=store)
     run = _sweep_run(store, job.opts, job.plan, ForwardingReporter(put), outcome)
@@ -551,6 +552,7 @@ def _run_session(run: SweepRun, job: SessionJob) -> None:
         started_at=utcnow("microseconds"),
         backend="process" if job.backend == "local" and _in_child() else job.backend,
     )
+    run.store.end_placements(job.arm, job.repeat)  # a lost try of this session (Ray re-runs)
     run.store.record_placement(placement)
     try:
         _run_arm(run, job.opts, Arm.parse(job.arm), job.cells, job.install, job.gpus)
@@ -578,6 +580,7 @@ def _run_wave(run: SweepRun, backend: SessionBackend, jobs: list[SessionJob]) ->
     run.finished.update(run.store.finished_cells())
     for job, result in zip(jobs, results, strict=True):
         if result is None:
+            run.store.end_placements(job.arm, job.repeat)
             lost = [c for c in job.cells if c.id not in run.finished]
             why = f"{job.arm}: the arm's {job.backend} session was lost before its cells finished"
             run.fail(Arm.parse(job.arm), lost, Failed(FailureKind.ARM_LOST, why, arm_note=why))
@@ -632,7 +635,13 @@ _RESULT = "_session_result"
 
 
 def _session_process(index: int, job: SessionJob, events: Any) -> None:
-    result = run_session(job, events.put)
+    """A session's own process: SIGTERM from the sweep stops it as Ctrl-C does (its server
+    stopped), and either leaves quietly: the sweep reports the interruption."""
+    _install_sigterm()
+    try:
+        result = run_session(job, events.put)
+    except KeyboardInterrupt:
+        return
     events.put((_RESULT, (index, result)))
 
 

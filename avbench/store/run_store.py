@@ -479,6 +479,21 @@ class RunStore:
 
         self._change_sweep_manifest(change)
 
+    def end_placements(self, arm: str | None = None, repeat: int | None = None) -> None:
+        """End, now, the placements left open by sessions that were lost (of ``arm`` and
+        ``repeat``, or all): a lost session must not count as running beside later ones."""
+
+        def change(m: SweepManifest) -> None:
+            now = utcnow("microseconds")
+            m.placements = [
+                p.model_copy(update={"ended_at": now})
+                if p.ended_at is None and arm in (None, p.arm) and repeat in (None, p.repeat)
+                else p
+                for p in m.placements
+            ]
+
+        self._change_sweep_manifest(change)
+
     # -- cells
     def finished_cells(self) -> dict[str, dict[str, Any]]:
         from avbench.store.cellrow import row_problem
