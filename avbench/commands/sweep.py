@@ -214,6 +214,8 @@ class SweepRequest(Request):
             raise ValueError(
                 "--isolate and --ray place the servers avbench launches: not with --endpoint"
             )
+        if self.ray and self.gpus is not None:
+            raise ValueError("--gpus and --ray: Ray gives each arm its GPUs (use one or the other)")
         if self.adaptive and self.ray:
             raise ValueError("--ray runs a planned sweep's arms: not with --adaptive")
         if self.resume is None and self.capture_dir is not None:

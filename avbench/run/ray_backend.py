@@ -18,6 +18,8 @@ is not installed).
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -109,7 +111,30 @@ def _task(job: SessionJob, events: Any) -> SessionResult:
         )
     given = GpuSet(tuple(int(i) for i in ray.get_gpu_ids()))
     opts = replace(job.opts, port=find_free_port(job.opts.host))
-    return run_session(replace(job, opts=opts, gpus=given), events.put)
+    # A put to the Ray queue is a round trip to its actor: the load driver's event loop only
+    # appends to a local buffer, which a thread forwards in batches.
+    buffer: queue.SimpleQueue[Event] = queue.SimpleQueue()
+    done = threading.Event()
+
+    def forward() -> None:
+        while True:
+            finished = done.is_set()
+            batch = []
+            while not buffer.empty():
+                batch.append(buffer.get())
+            if batch:
+                events.put_nowait_batch(batch)
+            if finished:
+                return
+            done.wait(POLL_S)
+
+    forwarder = threading.Thread(target=forward, name="avbench-progress", daemon=True)
+    forwarder.start()
+    try:
+        return run_session(replace(job, opts=opts, gpus=given), buffer.put)
+    finally:
+        done.set()
+        forwarder.join()
 
 
 _session_task = ray.remote(_task)

@@ -492,7 +492,7 @@ class SessionJob:
     cells: list[Cell]
     install: VllmInstall | None
     gpus: GpuSet
-    backend: str  # PlacementEntry.backend
+    backend: str  # where it runs: PlacementEntry.backend
 
 
 @dataclass(frozen=True)
@@ -550,7 +550,7 @@ def _run_session(run: SweepRun, job: SessionJob) -> None:
         host=socket.gethostname(),
         gpus=list(job.gpus.ids),
         started_at=utcnow("microseconds"),
-        backend="process" if job.backend == "local" and _in_child() else job.backend,
+        backend=job.backend,
     )
     run.store.end_placements(job.arm, job.repeat)  # a lost try of this session (Ray re-runs)
     run.store.record_placement(placement)
@@ -560,10 +560,6 @@ def _run_session(run: SweepRun, job: SessionJob) -> None:
         run.store.record_placement(
             placement.model_copy(update={"ended_at": utcnow("microseconds")})
         )
-
-
-def _in_child() -> bool:
-    return multiprocessing.parent_process() is not None
 
 
 def _run_wave(run: SweepRun, backend: SessionBackend, jobs: list[SessionJob]) -> None:
@@ -606,7 +602,11 @@ class HostBackend:
         ctx = multiprocessing.get_context("spawn")
         events = ctx.Queue()
         procs = [
-            ctx.Process(target=_session_process, args=(i, job, events), name=f"avbench-{job.arm}")
+            ctx.Process(
+                target=_session_process,
+                args=(i, replace(job, backend="process"), events),
+                name=f"avbench-{job.arm}",
+            )
             for i, job in enumerate(jobs)
         ]
         results: list[SessionResult | None] = [None] * len(jobs)

@@ -146,6 +146,8 @@ OPTIONS = [
     Bad((*SWEEP, "--gpus", "two"), "--gpus 'two': expected GPU ids and ranges, e.g. 0-7 or 0,2,5"),
     Bad((*SWEEP, "--gpus", "0-3,2"), "--gpus '0-3,2': GPU 2 given twice"),
     Bad((*SWEEP, "--isolate", "fast"), "--isolate: arm name 'fast'"),
+    Bad((*SWEEP, "--gpus", "0", "--ray", "local"), "--gpus and --ray: Ray gives each arm its GPUs"),
+    Bad((*SWEEP, "--adaptive", "--ray", "local"), "--ray runs a planned sweep's arms"),
     Bad((*SWEEP, "--capture-dir", "{tmp}"), "--capture-dir {tmp}: expected the existing directory"),
     Bad((*SWEEP, "--workloads", "nope"), "unknown workload 'nope'"),
     Bad((*SWEEP, "--workloads", "gsm8k-tiny,gsm8k-tiny"), "workloads lists gsm8k-tiny more"),

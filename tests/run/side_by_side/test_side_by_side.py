@@ -3,15 +3,21 @@ CUDA_VISIBLE_DEVICES, port and capture dir, each arm's load driver in its own pr
 placements in the manifest. The project's fake streaming server stands in for vLLM
 (``avbench.testing.fake_vllm``): what is under test is the scheduling; the GPUs are ids only."""
 
+import json
+import os
+import signal
+import threading
+import time
 from itertools import combinations
+from pathlib import Path
 
 import pytest
 
 from avbench.inputs.suite import load_suite
 from avbench.plan.gpus import GpuSet
 from avbench.report import write_report
-from avbench.run.runner import SweepOptions, start_sweep
-from avbench.serving.server import find_free_port
+from avbench.run.runner import SweepOptions, resume_sweep, start_sweep
+from avbench.serving.server import find_free_port, proc_stat
 from avbench.store.artefacts import SweepManifest
 from avbench.testing.cli import run_cli
 from avbench.testing.fake_server import ServerConfig
@@ -124,3 +130,56 @@ def test_compare_checks_the_co_tenant_cells_against_their_isolated_repeat(
     assert "Co-tenant cells in alone" not in got.stdout
     md = write_report([wide.store.root], static_figures=False).markdown.read_text()
     assert "## Co-tenant cells" in md and "| wide | baseline__gsm8k-tiny__c1__rep0 |" in md
+
+
+def _server_of(arm_k: int) -> int | None:
+    """The pid of the fake vLLM serving static-k<arm_k>, if one runs."""
+    for pid in (int(n) for n in os.listdir("/proc") if n.isdigit()):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"avbench.testing.fake_vllm" in argv and any(
+            f'"num_speculative_tokens": {arm_k}'.encode() in a for a in argv
+        ):
+            return pid
+    return None
+
+
+def test_an_arm_process_killed_mid_arm_loses_nothing_stored_and_resume_finishes_it(tmp_path):
+    cfg = ServerConfig(tokens_per_chunk=2, output_tokens=12, inter_chunk_delay_s=0.03)
+    fake = str(interpreter(tmp_path, cfg))
+    opts = _opts(tmp_path, fake, "kill", gpus=GpuSet.parse("0-2"))
+    opts.sweep = opts.sweep.model_copy(update={"concurrencies": [1, 2, 3, 4]})
+    box: dict = {}
+    sweep = threading.Thread(target=lambda: box.update(out=start_sweep(opts)))
+    sweep.start()
+    cells = tmp_path / "kill" / "cells.jsonl"
+    killed = None
+    deadline = time.monotonic() + 240
+    while killed is None and time.monotonic() < deadline and sweep.is_alive():
+        time.sleep(0.1)
+        server = _server_of(3)
+        if server is not None and cells.exists() and '"arm": "static-k3"' in cells.read_text():
+            stat = proc_stat(str(server))
+            assert stat is not None
+            killed = int(stat[1])  # the server's parent: static-k3's own process
+            os.kill(killed, signal.SIGKILL)
+    sweep.join(300)
+    assert killed is not None, "static-k3 never got past its first cell"
+    out = box["out"]
+    stored = out.store.finished_cells()
+    lost = {f["cell_id"] for f in out.failed}
+    assert lost and all(c.startswith("static-k3__") for c in lost)
+    assert {f["failure_kind"] for f in out.failed} == {"arm_lost"}
+    assert not lost & set(stored) and len(stored) + len(lost) == 12  # each cell one or other
+    assert len([c for c in stored if c.startswith("static-k3")]) >= 1  # kept what it stored
+    deadline = time.monotonic() + 30  # its watchdog takes the server with it
+    while _server_of(3) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _server_of(3) is None
+    again = resume_sweep(out.store.root, {"vllm_python": fake, "port": find_free_port()})
+    assert {r["cell_id"] for r in again.finished} == lost and again.skipped == 12 - len(lost)
+    rows = [json.loads(line) for line in cells.read_text().splitlines() if line.strip()]
+    assert sorted(r["cell_id"] for r in rows) == sorted(set(r["cell_id"] for r in rows))
+    assert len(rows) == 12
