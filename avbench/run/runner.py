@@ -24,6 +24,7 @@ import queue
 import signal
 import socket
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -610,6 +611,7 @@ class HostBackend:
             for i, job in enumerate(jobs)
         ]
         results: list[SessionResult | None] = [None] * len(jobs)
+        errors: list[Exception] = []
         try:
             for proc in procs:
                 proc.start()
@@ -621,6 +623,8 @@ class HostBackend:
                 if event[0] == _RESULT:
                     index, result = event[1]
                     results[index] = result
+                elif event[0] == _ERROR:
+                    errors.append(event[1])
                 else:
                     on_event(event)
         finally:
@@ -628,19 +632,29 @@ class HostBackend:
                 if proc.is_alive():
                     proc.terminate()
                 proc.join()
+        if errors:  # as if the session had run here: the sweep stops with its error
+            raise errors[0]
         return results
 
 
-_RESULT = "_session_result"
+_RESULT, _ERROR = "_session_result", "_session_error"
 
 
 def _session_process(index: int, job: SessionJob, events: Any) -> None:
     """A session's own process: SIGTERM from the sweep stops it as Ctrl-C does (its server
-    stopped), and either leaves quietly: the sweep reports the interruption."""
+    stopped), and either leaves quietly: the sweep reports the interruption. An error goes to
+    the sweep, which stops with it as it would have here (a full disk, a bug)."""
     _install_sigterm()
     try:
         result = run_session(job, events.put)
     except KeyboardInterrupt:
+        return
+    except AvbenchError as exc:
+        events.put((_ERROR, exc))
+        return
+    except Exception as exc:  # the sweep saves its traceback; this one goes to stderr
+        print(redact(traceback.format_exc(), _secrets(job.opts)), file=sys.stderr)
+        events.put((_ERROR, RuntimeError(f"arm {job.arm}'s process: {type(exc).__name__}: {exc}")))
         return
     events.put((_RESULT, (index, result)))
 
