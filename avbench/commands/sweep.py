@@ -47,7 +47,13 @@ class SweepRequest(Request):
         Path | None, Opt("--results", help="Results directory (default: results)")
     ] = None
     run_id: Annotated[str | None, Opt("--run-id")] = None
-    port: Annotated[int, Opt(help="Port for the launched vLLM server")] = 8000
+    port: Annotated[
+        int,
+        Opt(
+            help="Port for the launched vLLM server (arms side by side: the next ones too; "
+            "--ray: a free port of each task's node)"
+        ),
+    ] = 8000
     endpoint: Annotated[
         str | None, Opt(help="Attach to a running server (http://host:port) instead")
     ] = None
@@ -445,10 +451,12 @@ def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) 
     from avbench.run.runner import start_sweep
 
     backend = _backend(req)  # Ray missing or its cluster unreachable: before the pre-flight
-    return start_sweep(_options(req, secret), reporter, backend)
+    return start_sweep(_options(req, secret, servers_here=backend is None), reporter, backend)
 
 
-def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
+def _options(
+    req: SweepRequest, secret: SecretStr | None, servers_here: bool = True
+) -> SweepOptions:
     """The new run's options, checked (and, launching, pre-flighted) before any server starts."""
     from avbench.run.runner import SweepOptions, check_new_run
 
@@ -475,7 +483,7 @@ def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
         cpu_seed_fix=req.cpu_seed_fix,
         capture_dir=req.capture_dir,
     )
-    check_new_run(opts)  # bad options fail before the slower pre-flight
+    check_new_run(opts, servers_here)  # bad options fail before the slower pre-flight
     if req.endpoint is None:
         opts.refused_arms = _preflight(pair, sweep, pairs_file, req.vllm_python)
     return opts

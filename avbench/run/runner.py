@@ -121,7 +121,7 @@ def start_sweep(
     """Create a new run directory and run every cell of the plan (``backend``: where the arm
     sessions run; default this host, side by side on its GPUs)."""
     reporter = reporter or SweepReporter()
-    install = check_new_run(opts)
+    install = check_new_run(opts, _servers_here(backend))
     if opts.endpoint is not None:
         opts.served_model = probe_endpoint(opts)
         probe_tokenizer(opts)
@@ -190,7 +190,8 @@ def resume_sweep(
     if opts.endpoint is None:
         install = probe_vllm(opts.vllm_python)
         require_vllm(install)
-        require_free_port(opts.port, opts.host)
+        if _servers_here(backend):
+            require_free_port(opts.port, opts.host)
     else:
         opts.served_model = probe_endpoint(opts)
         probe_tokenizer(opts)
@@ -201,9 +202,16 @@ def resume_sweep(
 
 
 # ----------------------------------------------------------------------------- internals
-def check_new_run(opts: SweepOptions) -> VllmInstall | None:
+def _servers_here(backend: SessionBackend | None) -> bool:
+    """Whether the servers listen on this host's ``--port`` (a Ray task takes a free port of
+    its node)."""
+    return backend is None or backend.name == "local"
+
+
+def check_new_run(opts: SweepOptions, servers_here: bool = True) -> VllmInstall | None:
     """Everything about a new run that can be checked without a server: options, results
-    directory, run id, and (launching) the vLLM install and the port. Returns the install."""
+    directory, run id, and (launching) the vLLM install and, ``servers_here``, the port.
+    Returns the install."""
     _check_options(opts)
     build_plan(opts.pair, opts.sweep, _attached_arms(opts))  # duplicate cells, no arms, ...
     check_results_dir(opts.results_dir)
@@ -213,7 +221,8 @@ def check_new_run(opts: SweepOptions) -> VllmInstall | None:
         return None
     install = probe_vllm(opts.vllm_python)
     require_vllm(install)
-    require_free_port(opts.port, opts.host)
+    if servers_here:
+        require_free_port(opts.port, opts.host)
     return install
 
 

@@ -4,24 +4,26 @@ placements in the manifest. The project's fake streaming server stands in for vL
 (``avbench.testing.fake_vllm``): what is under test is the scheduling; the GPUs are ids only."""
 
 import json
-import os
-import signal
 import threading
 import time
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 
-from avbench.inputs.suite import load_suite
 from avbench.plan.gpus import GpuSet
 from avbench.report import write_report
-from avbench.run.runner import SweepOptions, resume_sweep, start_sweep
-from avbench.serving.server import find_free_port, proc_stat
+from avbench.run.runner import resume_sweep, start_sweep
+from avbench.serving.server import find_free_port
 from avbench.store.artefacts import SweepManifest
 from avbench.testing.cli import run_cli
 from avbench.testing.fake_server import ServerConfig
-from avbench.testing.fake_vllm import gpus_given, interpreter
+from avbench.testing.fake_vllm import (
+    gpus_given,
+    interpreter,
+    kill_launcher_mid_arm,
+    server_pid,
+    sweep_options,
+)
 
 ARMS = ["baseline", "static-k1", "static-k3"]
 
@@ -33,43 +35,16 @@ def vllm_python(tmp_path_factory):
     return str(interpreter(tmp_path_factory.mktemp("fake-vllm"), cfg))
 
 
-def _opts(tmp_path, vllm_python, run_id, **kw) -> SweepOptions:
-    suite = load_suite()
-    sweep = suite.sweep("demo").model_copy(
-        update={
-            "arms": ["baseline", "static"],
-            "k_values": [1, 3],
-            "static_k": "all",
-            "workloads": ["gsm8k-tiny"],
-            "concurrencies": [1, 2],
-            "min_requests": 4,
-            "requests_per_concurrency": 1,
-            "warmup": 1,
-            "capture": [],
-        }
-    )
-    return SweepOptions(
-        pair=suite.pair("tiny-cpu"),
-        sweep=sweep,
-        workloads=suite.workloads,
-        results_dir=tmp_path,
-        run_id=run_id,
-        port=find_free_port(),
-        vllm_python=vllm_python,
-        **kw,
-    )
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory, vllm_python):
+    results = tmp_path_factory.mktemp("results")
+    return start_sweep(sweep_options(results, vllm_python, "wide", gpus=GpuSet.parse("0-3")))
 
 
 def _manifest(out) -> SweepManifest:
     m = out.store.read_manifest()
     assert isinstance(m, SweepManifest)
     return m
-
-
-@pytest.fixture(scope="module")
-def wide(tmp_path_factory, vllm_python):
-    results = tmp_path_factory.mktemp("results")
-    return start_sweep(_opts(results, vllm_python, "wide", gpus=GpuSet.parse("0-3")))
 
 
 def test_three_arms_on_four_gpus_run_at_once_each_on_its_own_gpu(wide):
@@ -96,7 +71,7 @@ def test_three_arms_on_four_gpus_run_at_once_each_on_its_own_gpu(wide):
 def test_one_gpu_is_the_sequential_sweep_with_the_same_cells_and_no_co_tenant(
     tmp_path, vllm_python, wide
 ):
-    one = start_sweep(_opts(tmp_path, vllm_python, "one", gpus=GpuSet.parse("2")))
+    one = start_sweep(sweep_options(tmp_path, vllm_python, "one", gpus=GpuSet.parse("2")))
     assert set(one.store.finished_cells()) == set(wide.store.finished_cells())
     m = _manifest(one)
     assert [p.arm for p in m.placements] == ARMS  # in plan order, one after the other
@@ -107,8 +82,8 @@ def test_one_gpu_is_the_sequential_sweep_with_the_same_cells_and_no_co_tenant(
 
 
 def test_an_isolated_arm_runs_alone(tmp_path, vllm_python):
-    opts = _opts(tmp_path, vllm_python, "iso", gpus=GpuSet.parse("0-3"), isolate=["static-k3"])
-    out = start_sweep(opts)
+    gpus = GpuSet.parse("0-3")
+    out = start_sweep(sweep_options(tmp_path, vllm_python, "iso", gpus=gpus, isolate=["static-k3"]))
     assert not out.failed
     m = _manifest(out)
     by_arm = {p.arm: p for p in m.placements}
@@ -122,7 +97,7 @@ def test_an_isolated_arm_runs_alone(tmp_path, vllm_python):
 def test_compare_checks_the_co_tenant_cells_against_their_isolated_repeat(
     tmp_path, vllm_python, wide
 ):
-    alone = start_sweep(_opts(tmp_path, vllm_python, "alone", gpus=GpuSet.parse("0")))
+    alone = start_sweep(sweep_options(tmp_path, vllm_python, "alone", gpus=GpuSet.parse("0")))
     got = run_cli("compare", str(alone.store.root), str(wide.store.root))
     assert got.returncode in (0, 1), got.stderr  # compared (a fake server's noise may differ)
     assert "Co-tenant cells in wide (6, measured beside other arms" in got.stdout
@@ -132,39 +107,15 @@ def test_compare_checks_the_co_tenant_cells_against_their_isolated_repeat(
     assert "## Co-tenant cells" in md and "| wide | baseline__gsm8k-tiny__c1__rep0 |" in md
 
 
-def _server_of(arm_k: int) -> int | None:
-    """The pid of the fake vLLM serving static-k<arm_k>, if one runs."""
-    for pid in (int(n) for n in os.listdir("/proc") if n.isdigit()):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"avbench.testing.fake_vllm" in argv and any(
-            f'"num_speculative_tokens": {arm_k}'.encode() in a for a in argv
-        ):
-            return pid
-    return None
-
-
 def test_an_arm_process_killed_mid_arm_loses_nothing_stored_and_resume_finishes_it(tmp_path):
     cfg = ServerConfig(tokens_per_chunk=2, output_tokens=12, inter_chunk_delay_s=0.03)
     fake = str(interpreter(tmp_path, cfg))
-    opts = _opts(tmp_path, fake, "kill", gpus=GpuSet.parse("0-2"))
-    opts.sweep = opts.sweep.model_copy(update={"concurrencies": [1, 2, 3, 4]})
+    gpus = GpuSet.parse("0-2")
+    opts = sweep_options(tmp_path, fake, "kill", (1, 2, 3, 4), gpus=gpus)
     box: dict = {}
     sweep = threading.Thread(target=lambda: box.update(out=start_sweep(opts)))
     sweep.start()
-    cells = tmp_path / "kill" / "cells.jsonl"
-    killed = None
-    deadline = time.monotonic() + 240
-    while killed is None and time.monotonic() < deadline and sweep.is_alive():
-        time.sleep(0.1)
-        server = _server_of(3)
-        if server is not None and cells.exists() and '"arm": "static-k3"' in cells.read_text():
-            stat = proc_stat(str(server))
-            assert stat is not None
-            killed = int(stat[1])  # the server's parent: static-k3's own process
-            os.kill(killed, signal.SIGKILL)
+    killed = kill_launcher_mid_arm(tmp_path / "kill", 3, sweep.is_alive)
     sweep.join(300)
     assert killed is not None, "static-k3 never got past its first cell"
     out = box["out"]
@@ -175,11 +126,11 @@ def test_an_arm_process_killed_mid_arm_loses_nothing_stored_and_resume_finishes_
     assert not lost & set(stored) and len(stored) + len(lost) == 12  # each cell one or other
     assert len([c for c in stored if c.startswith("static-k3")]) >= 1  # kept what it stored
     deadline = time.monotonic() + 30  # its watchdog takes the server with it
-    while _server_of(3) is not None and time.monotonic() < deadline:
+    while server_pid(3) is not None and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _server_of(3) is None
+    assert server_pid(3) is None
     again = resume_sweep(out.store.root, {"vllm_python": fake, "port": find_free_port()})
     assert {r["cell_id"] for r in again.finished} == lost and again.skipped == 12 - len(lost)
-    rows = [json.loads(line) for line in cells.read_text().splitlines() if line.strip()]
-    assert sorted(r["cell_id"] for r in rows) == sorted(set(r["cell_id"] for r in rows))
-    assert len(rows) == 12
+    lines = (out.store.root / "cells.jsonl").read_text().splitlines()
+    ids = [json.loads(line)["cell_id"] for line in lines if line.strip()]
+    assert len(ids) == len(set(ids)) == 12
