@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 import queue
 import signal
 import socket
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -649,11 +651,26 @@ class HostBackend:
 _RESULT, _ERROR = "_session_result", "_session_error"
 
 
+def _stop_with_the_sweep() -> None:
+    """The sweep's process gone (SIGKILLed, say), this session stops as on SIGTERM, its server
+    with it: no arm goes on writing into a run nobody watches (--resume would race it)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="avbench-sweep-watch", daemon=True).start()
+
+
 def _session_process(index: int, job: SessionJob, events: Any) -> None:
     """A session's own process: SIGTERM from the sweep stops it as Ctrl-C does (its server
     stopped), and either leaves quietly: the sweep reports the interruption. An error goes to
     the sweep, which stops with it as it would have here (a full disk, a bug)."""
     _install_sigterm()
+    _stop_with_the_sweep()
     try:
         result = run_session(job, events.put)
     except KeyboardInterrupt:

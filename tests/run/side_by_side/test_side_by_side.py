@@ -4,6 +4,9 @@ placements in the manifest. The project's fake streaming server stands in for vL
 (``avbench.testing.fake_vllm``): what is under test is the scheduling; the GPUs are ids only."""
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from itertools import combinations
@@ -13,7 +16,7 @@ import pytest
 from avbench.plan.gpus import GpuSet
 from avbench.report import write_report
 from avbench.run.runner import resume_sweep, start_sweep
-from avbench.serving.server import find_free_port
+from avbench.serving.server import find_free_port, proc_stat
 from avbench.store.artefacts import SweepManifest
 from avbench.testing.cli import run_cli
 from avbench.testing.fake_server import ServerConfig
@@ -134,3 +137,54 @@ def test_an_arm_process_killed_mid_arm_loses_nothing_stored_and_resume_finishes_
     lines = (out.store.root / "cells.jsonl").read_text().splitlines()
     ids = [json.loads(line)["cell_id"] for line in lines if line.strip()]
     assert len(ids) == len(set(ids)) == 12
+
+
+_SWEEP = """
+import sys
+from pathlib import Path
+from avbench.plan.gpus import GpuSet
+from avbench.run.runner import start_sweep
+from avbench.testing.fake_vllm import sweep_options
+opts = sweep_options(Path(sys.argv[1]), sys.argv[2], "orphans", (1, 2, 3, 4), gpus=GpuSet.parse("0-2"))
+start_sweep(opts)
+"""
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, set[int]] = {}
+    for name in (n for n in os.listdir("/proc") if n.isdigit()):
+        stat = proc_stat(name)
+        if stat is not None:
+            children.setdefault(int(stat[1]), set()).add(int(name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_avbench_killed_mid_wave_takes_every_arm_and_server_with_it(tmp_path):
+    cfg = ServerConfig(tokens_per_chunk=2, output_tokens=12, inter_chunk_delay_s=0.03)
+    fake = str(interpreter(tmp_path, cfg))
+    sweep = subprocess.Popen([sys.executable, "-c", _SWEEP, str(tmp_path), fake])
+    cells = tmp_path / "orphans" / "cells.jsonl"
+    deadline = time.monotonic() + 240
+    while not (cells.exists() and cells.read_text() and server_pid(1) and server_pid(3)):
+        assert sweep.poll() is None and time.monotonic() < deadline, "no wave got going"
+        time.sleep(0.1)
+    below = _descendants(sweep.pid)  # the arms' processes and their servers
+    assert {server_pid(1), server_pid(3)} <= below
+    sweep.kill()
+    sweep.wait()
+    deadline = time.monotonic() + 30
+    while any(proc_stat(p) is not None and proc_stat(p)[0] != "Z" for p in below):
+        assert time.monotonic() < deadline, "an arm or its server outlived avbench"
+        time.sleep(0.2)
+    stored = cells.read_text()
+    time.sleep(1)
+    assert cells.read_text() == stored  # nobody writes into the run any more
+    again = resume_sweep(tmp_path / "orphans", {"vllm_python": fake, "port": find_free_port()})
+    lines = cells.read_text().splitlines()
+    ids = [json.loads(line)["cell_id"] for line in lines if line.strip()]
+    assert len(ids) == len(set(ids)) == 12 and not again.failed
