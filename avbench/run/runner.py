@@ -674,6 +674,7 @@ def _session_process(index: int, job: SessionJob, events: Any) -> None:
     try:
         result = run_session(job, events.put)
     except KeyboardInterrupt:
+        events.cancel_join_thread()  # a sweep gone reads no more: exit without flushing to it
         return
     except AvbenchError as exc:
         events.put((_ERROR, exc))
