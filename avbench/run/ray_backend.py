@@ -19,6 +19,7 @@ is not installed).
 from __future__ import annotations
 
 import queue
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -36,6 +37,7 @@ from avbench.serving.server import find_free_port
 LOAD_DRIVER_CPUS = 1  # one event loop per arm's load driver
 TASK_RETRIES = 2  # re-runs of a task lost with its worker or node
 POLL_S = 0.2
+CONNECT_S = 5.0  # a head that answers does so at once
 
 
 class RayBackend:
@@ -50,6 +52,7 @@ class RayBackend:
     def connect(cls, address: str) -> RayBackend:
         """Join the cluster at ``address`` ('local': start one on this machine; a process
         already connected stays on its cluster)."""
+        _require_reachable(address)
         if not ray.is_initialized():
             try:
                 ray.init(address=None if address == "local" else address, log_to_driver=False)
@@ -95,6 +98,21 @@ class RayBackend:
         finally:
             events.shutdown(force=True)
         return results
+
+
+def _require_reachable(address: str) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) that nothing answers at is refused at once: Ray would
+    retry its connection for minutes."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():  # 'local', 'auto': Ray finds the cluster
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        raise AvbenchError(
+            f"--ray {address}: nothing answers at {host}:{port} ({exc.strerror or exc}); is "
+            "the cluster's head running?"
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from avbench.errors import AvbenchError
 from avbench.plan.gpus import GpuSet
 from avbench.report import write_report
 from avbench.run.runner import resume_sweep, start_sweep
+from avbench.serving.server import find_free_port
 from avbench.store.artefacts import SweepManifest
 from avbench.testing.fake_server import ServerConfig
 from avbench.testing.fake_vllm import (
@@ -94,3 +96,9 @@ def test_a_task_worker_killed_mid_arm_is_re_run_from_what_was_stored(tmp_path, c
     assert len(k3[1].cells) < 4  # the re-run measured only what the lost try had not stored
     again = resume_sweep(out.store.root, {"vllm_python": fake}, backend=cluster)
     assert again.skipped == 12 and not again.finished
+
+
+def test_an_address_nothing_answers_at_is_one_line_at_once(cluster):
+    port = find_free_port()  # bound a moment ago, now closed: nothing listens
+    with pytest.raises(AvbenchError, match=rf"^--ray 127.0.0.1:{port}: nothing answers at "):
+        RayBackend.connect(f"127.0.0.1:{port}")
