@@ -590,7 +590,8 @@ def _run_wave(run: SweepRun, backend: SessionBackend, jobs: list[SessionJob]) ->
         if result is None:
             run.store.end_placements(job.arm, job.repeat)
             lost = [c for c in job.cells if c.id not in run.finished]
-            why = f"{job.arm}: the arm's {job.backend} session was lost before its cells finished"
+            where = "its own process" if job.backend == "local" else f"its {job.backend} task"
+            why = f"{job.arm}: the arm's session ({where}) was lost before its cells finished"
             run.fail(Arm.parse(job.arm), lost, Failed(FailureKind.ARM_LOST, why, arm_note=why))
 
 
