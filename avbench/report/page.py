@@ -38,7 +38,7 @@ from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
 from avbench.serving.server_log import ENGINE_COLUMNS, engine_differences
-from avbench.store.artefacts import ArmEntry, SweepManifest
+from avbench.store.artefacts import ArmEntry, MergedManifest, SweepManifest
 from avbench.store.run_store import write_together
 
 CSS = """
@@ -619,19 +619,25 @@ CO_TENANCY = (
 
 
 def _co_tenants(page: _Page, rs: RunSet) -> None:
-    """Flag each measured cell that shared its host with other arms (the manifest's
-    placements), with the arms beside it and its server's GPUs."""
-    measured = set(zip(rs.cells["run_id"], rs.cells["cell_id"], strict=True))
+    """Flag each measured cell that shared its host with other arms (its sweep's placements;
+    in a merged run, its source run's), with the arms beside it and its server's GPUs."""
     rows = []
     for r in rs.runs:
         m = r.manifest
-        if not isinstance(m, SweepManifest):
-            continue
-        gpus = {c: p.gpus for p in m.placements for c in p.cells}
-        for cell, others in m.co_tenants().items():
-            if others and (r.run_id, cell) in measured:
+        sources = m.sources if isinstance(m, MergedManifest) else {r.run_id: m}
+        placed = {
+            sid: (sm.co_tenants(), {c: p.gpus for p in sm.placements for c in p.cells})
+            for sid, sm in sources.items()
+            if isinstance(sm, SweepManifest)
+        }
+        seen = rs.cells[rs.cells["run_id"] == r.run_id]
+        for row in seen.to_dict("records"):
+            source = row.get("source_run") if isinstance(row.get("source_run"), str) else r.run_id
+            cell = row.get("source_cell_id") if source != r.run_id else row["cell_id"]
+            co, gpus = placed.get(source, ({}, {}))
+            if co.get(cell):
                 on = ",".join(map(str, gpus.get(cell, []))) or tables.MISSING
-                rows.append((r.run_id, cell, ", ".join(others), on))
+                rows.append((r.run_id, row["cell_id"], ", ".join(co[cell]), on))
     if not rows:
         return
     page.section("Co-tenant cells")
