@@ -88,7 +88,7 @@ class RayBackend:
                     except ray.exceptions.RayTaskError as exc:  # the session raised, as here
                         raise (exc.cause or exc) from None
                     except ray.exceptions.RayError as exc:  # lost beyond its retries
-                        on_event(("warning", (f"a Ray task was lost: {_first_line(exc)}",)))
+                        on_event(("warning", (f"a Ray task was lost: {_last_line(exc)}",)))
             for event in events.get_nowait_batch(events.qsize()):
                 on_event(event)
         except KeyboardInterrupt:
@@ -115,7 +115,8 @@ def _require_reachable(address: str) -> None:
         ) from None
 
 
-def _first_line(exc: BaseException) -> str:
+def _last_line(exc: BaseException) -> str:
+    """Ray's error texts end with what happened (a worker or node died, and why)."""
     text = str(exc).strip().splitlines()
     return text[-1] if text else type(exc).__name__
 
