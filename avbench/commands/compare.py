@@ -63,11 +63,31 @@ def compare(req: CompareRequest) -> None:
         ignore=frozenset(req.ignore or []),
     )
     text = to_markdown(result, req.baseline.name, req.new.name)
+    notes = [_co_tenancy(req.baseline), _co_tenancy(req.new)]
+    text = "\n\n".join([text, *(n for n in notes if n)])
     typer.echo(text)
     if req.markdown is not None:
         req.markdown.parent.mkdir(parents=True, exist_ok=True)
         req.markdown.write_text(text + "\n", encoding="utf-8")
     raise typer.Exit(result.exit_code)
+
+
+def _co_tenancy(path: Path) -> str | None:
+    """Which of a run's cells were measured beside other arms on their host (--gpus, Ray):
+    compared with a run that measured them alone, the deltas are what co-tenancy did."""
+    from avbench.store.artefacts import SweepManifest
+    from avbench.store.run_store import RunStore
+
+    m = RunStore.open(path).read_manifest()
+    shared = m.co_tenants() if isinstance(m, SweepManifest) else {}
+    cells = sorted(c for c, others in shared.items() if others)
+    if not cells:
+        return None
+    return (
+        f"Co-tenant cells in {path.name} ({len(cells)}, measured beside other arms on their "
+        f"host; against a run that measured them alone the deltas are co-tenancy's): "
+        + ", ".join(cells)
+    )
 
 
 def _run_cells(path: Path) -> RunCells:

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from avbench.inputs.suite import Pair, Sweep, SweepUpdate
     from avbench.inputs.workload import WorkloadSpec
     from avbench.plan.cells import Arm
+    from avbench.plan.gpus import GpuSet
     from avbench.run.progress import RichReporter
-    from avbench.run.runner import SweepOptions, SweepOutcome
+    from avbench.run.runner import SessionBackend, SweepOptions, SweepOutcome
 
 SEQUENTIAL = "Sequential cells: "
 Opt = typer.Option
@@ -46,14 +47,39 @@ class SweepRequest(Request):
         Path | None, Opt("--results", help="Results directory (default: results)")
     ] = None
     run_id: Annotated[str | None, Opt("--run-id")] = None
-    port: Annotated[int, Opt(help="Port for the launched vLLM server")] = 8000
+    port: Annotated[
+        int,
+        Opt(
+            help="Port for the launched vLLM server (arms side by side: the next ones too; "
+            "--ray: a free port of each task's node)"
+        ),
+    ] = 8000
     endpoint: Annotated[
         str | None, Opt(help="Attach to a running server (http://host:port) instead")
     ] = None
     arm: Annotated[
         str, Opt(help="With --endpoint: what the server runs (baseline, static-k3, av-k8)")
     ] = ""
-    gpus: Annotated[int | None, Opt(help="With --endpoint: GPUs behind the server")] = None
+    gpus: Annotated[
+        str | None,
+        Opt(
+            help="Launched: this host's GPUs the arms' servers share, as many arms at once as "
+            "fit on disjoint GPUs (0-7, 0,2,5; default all visible); with --endpoint: how "
+            "many GPUs are behind the server"
+        ),
+    ] = None
+    isolate: Annotated[
+        NameList,
+        Opt(help="Arms measured with no other arm on the host, e.g. av-k8,static-k8"),
+    ] = None
+    ray: Annotated[
+        str | None,
+        Opt(
+            "--ray",
+            help="Run each arm as a task of this Ray cluster (its address, or 'local': one on "
+            "this machine), requesting its GPUs; needs pip install 'avbench[ray]'",
+        ),
+    ] = None
     api_key: Annotated[
         str | None,
         Opt("--api-key", help="API key; visible in `ps`: prefer --api-key-file or OPENAI_API_KEY"),
@@ -188,10 +214,16 @@ class SweepRequest(Request):
                 f"--resume continues the stored plan; refusing {', '.join(refused)} (they would "
                 "be ignored): start a new run to change them"
             )
-        if self.resume is None and self.endpoint is None and (self.arm or self.gpus is not None):
+        if self.resume is None and self.endpoint is None and self.arm:
+            raise ValueError("--arm describes an attached server: use it with --endpoint")
+        if self.endpoint is not None and (self.isolate or self.ray):
             raise ValueError(
-                "--arm and --gpus describe an attached server: use them with --endpoint"
+                "--isolate and --ray place the servers avbench launches: not with --endpoint"
             )
+        if self.ray and self.gpus is not None:
+            raise ValueError("--gpus and --ray: Ray gives each arm its GPUs (use one or the other)")
+        if self.adaptive and self.ray:
+            raise ValueError("--ray runs a planned sweep's arms: not with --adaptive")
         if self.resume is None and self.capture_dir is not None:
             if self.endpoint is None or not self.capture_dir.is_dir():
                 raise ValueError(
@@ -269,7 +301,7 @@ class SweepRequest(Request):
 # is refused until it is listed here).
 RESUME_READS = (
     "resume", "port", "api_key", "api_key_file", "ready_timeout", "vllm_python", "cpu_seed_fix",
-    "report", "strict", "adaptive", "budget_cells", "budget_s",
+    "report", "strict", "adaptive", "budget_cells", "budget_s", "gpus", "isolate", "ray",
 )  # fmt: skip
 RESUME_REFUSES = tuple(f for f in SweepRequest.model_fields if f not in RESUME_READS)
 
@@ -325,7 +357,55 @@ def _override(req: SweepRequest, secret: SecretStr | None) -> dict[str, Any]:
         "port": req.port,
         "ready_timeout_s": req.ready_timeout,
         "cpu_seed_fix": req.cpu_seed_fix,
+        "gpus": _host_gpus(req),
+        "isolate": _isolated(req),
     }
+
+
+def _host_gpus(req: SweepRequest) -> GpuSet | None:
+    """--gpus of a launched sweep: the host's GPUs the arms share."""
+    from avbench.plan.gpus import GpuSet
+
+    if req.gpus is None or req.endpoint is not None:
+        return None
+    return GpuSet.parse(req.gpus)
+
+
+def _attached_gpus(req: SweepRequest) -> int | None:
+    """--gpus with --endpoint: how many GPUs are behind the server."""
+    if req.gpus is None or req.endpoint is None:
+        return None
+    try:
+        return int(req.gpus)
+    except ValueError:
+        raise AvbenchError(
+            f"--gpus {req.gpus!r}: with --endpoint, expected the number of GPUs behind the server"
+        ) from None
+
+
+def _isolated(req: SweepRequest) -> list[str]:
+    from avbench.plan.cells import Arm
+
+    for name in req.isolate or []:
+        try:
+            Arm.parse(name)
+        except ValueError as exc:
+            raise AvbenchError(f"--isolate: {exc}") from None
+    return list(req.isolate or [])
+
+
+def _backend(req: SweepRequest) -> SessionBackend | None:
+    """--ray: the arms as tasks of that cluster (Ray is imported only then); else this host."""
+    if req.ray is None:
+        return None
+    try:
+        from avbench.run.ray_backend import RayBackend
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "ray":
+            raise
+        raise AvbenchError("--ray: Ray is not installed (pip install 'avbench[ray]')") from None
+
+    return RayBackend.connect(req.ray)
 
 
 def _resume(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
@@ -333,7 +413,8 @@ def _resume(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter)
 
     assert req.resume is not None
     refused = _preflight_stored(req.resume, req.vllm_python)
-    return resume_sweep(req.resume, _override(req, secret) | {"refused_arms": refused}, reporter)
+    override = _override(req, secret) | {"refused_arms": refused}
+    return resume_sweep(req.resume, override, reporter, _backend(req))
 
 
 def _adaptive(
@@ -369,11 +450,13 @@ def _adaptive(
 def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:
     from avbench.run.runner import start_sweep
 
-    opts = _options(req, secret)
-    return start_sweep(opts, reporter)
+    backend = _backend(req)  # Ray missing or its cluster unreachable: before the pre-flight
+    return start_sweep(_options(req, secret, servers_here=backend is None), reporter, backend)
 
 
-def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
+def _options(
+    req: SweepRequest, secret: SecretStr | None, servers_here: bool = True
+) -> SweepOptions:
     """The new run's options, checked (and, launching, pre-flighted) before any server starts."""
     from avbench.run.runner import SweepOptions, check_new_run
 
@@ -391,14 +474,16 @@ def _options(req: SweepRequest, secret: SecretStr | None) -> SweepOptions:
         port=req.port,
         endpoint=req.endpoint,
         attach_arm=_attach_arm(req, pair),
-        attach_gpus=req.gpus,
+        attach_gpus=_attached_gpus(req),
+        gpus=_host_gpus(req),
+        isolate=_isolated(req),
         api_key=secret,
         vllm_python=req.vllm_python,
         ready_timeout_s=req.ready_timeout,
         cpu_seed_fix=req.cpu_seed_fix,
         capture_dir=req.capture_dir,
     )
-    check_new_run(opts)  # bad options fail before the slower pre-flight
+    check_new_run(opts, servers_here)  # bad options fail before the slower pre-flight
     if req.endpoint is None:
         opts.refused_arms = _preflight(pair, sweep, pairs_file, req.vllm_python)
     return opts

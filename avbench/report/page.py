@@ -38,7 +38,7 @@ from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
 from avbench.serving.server_log import ENGINE_COLUMNS, engine_differences
-from avbench.store.artefacts import ArmEntry
+from avbench.store.artefacts import ArmEntry, MergedManifest, SweepManifest
 from avbench.store.run_store import write_together
 
 CSS = """
@@ -158,6 +158,7 @@ def _build(rs: RunSet) -> _Page:
         _acceptance(page, points, colors)
         _latency(page, rs)
         _cells(page, points)
+        _co_tenants(page, rs)
         quality_section(page, rs)
     _failures(page, rs)
     definitions_note(page)
@@ -606,6 +607,42 @@ def _cells(page: _Page, points: pd.DataFrame) -> None:
             rows,
         )
     )
+
+
+CO_TENANCY = (
+    "These cells were measured while other arms' servers ran on the same host (sweep --gpus, "
+    "or Ray tasks on one node), each on its own GPUs. They share the host's CPUs, memory "
+    "bandwidth, PCIe and power budget: throughput and latency can differ from a cell measured "
+    "alone, most on CPU-bound load drivers and at low concurrency. Measure a close verdict's "
+    "arms with --isolate and check them with avbench compare (docs/scale-out.md)."
+)
+
+
+def _co_tenants(page: _Page, rs: RunSet) -> None:
+    """Flag each measured cell that shared its host with other arms (its sweep's placements;
+    in a merged run, its source run's), with the arms beside it and its server's GPUs."""
+    rows = []
+    for r in rs.runs:
+        m = r.manifest
+        sources = m.sources if isinstance(m, MergedManifest) else {r.run_id: m}
+        placed = {
+            sid: (sm.co_tenants(), {c: p.gpus for p in sm.placements for c in p.cells})
+            for sid, sm in sources.items()
+            if isinstance(sm, SweepManifest)
+        }
+        seen = rs.cells[rs.cells["run_id"] == r.run_id]
+        for row in seen.to_dict("records"):
+            source = row.get("source_run") if isinstance(row.get("source_run"), str) else r.run_id
+            cell = row.get("source_cell_id") if source != r.run_id else row["cell_id"]
+            co, gpus = placed.get(source, ({}, {}))
+            if co.get(cell):
+                on = ",".join(map(str, gpus.get(cell, []))) or tables.MISSING
+                rows.append((r.run_id, row["cell_id"], ", ".join(co[cell]), on))
+    if not rows:
+        return
+    page.section("Co-tenant cells")
+    page.text(CO_TENANCY, "warn")
+    page.table(tables.Table(("run", "cell", "arms beside it", "its GPUs"), tuple(rows)))
 
 
 def _failures(page: _Page, rs: RunSet) -> None:

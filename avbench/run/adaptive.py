@@ -286,7 +286,10 @@ def _rounds(run: _Run, state: AdaptiveState, reporter: SweepReporter) -> Adaptiv
             break
         _grow_plan(run.store, run, cells)
         t0 = time.monotonic()
-        outcome = resume_sweep(run.store.root, _overrides(run.opts), reporter)
+        # The cells a verdict still hinges on are measured alone: a co-tenant's noise could
+        # decide a close verdict (--gpus; docs/scale-out.md).
+        alone = {"isolate": sorted({c.arm for c in cells})}
+        outcome = resume_sweep(run.store.root, _overrides(run.opts) | alone, reporter)
         seconds = time.monotonic() - t0
         state.rounds.append(record | {"cells": [c.id for c in cells], "seconds": seconds})
         state.write(run.store.root)
@@ -309,6 +312,8 @@ def _overrides(opts: SweepOptions) -> dict:
         "api_key": opts.api_key,
         "vllm_python": opts.vllm_python,
         "ready_timeout_s": opts.ready_timeout_s,
+        "gpus": opts.gpus,
+        "isolate": opts.isolate,
     }
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -36,11 +38,58 @@ class SweepReporter:
     def arm_started(self, arm: str, detail: str) -> None: ...
     def arm_failed(self, arm: str, reason: str) -> None: ...
     def cell_started(self, cell: Cell) -> None: ...
-    def request_done(self, record: RequestRecord) -> None: ...
+    def request_done(self, record: RequestRecord, cell_id: str | None = None) -> None:
+        """``cell_id``: which running cell it belongs to (None: the one cell running)."""
+
     def cell_finished(self, cell: Cell, row: dict) -> None: ...
     def cell_failed(self, cell: Cell, reason: str) -> None: ...
     def warning(self, text: str) -> None: ...
     def close(self) -> None: ...
+
+
+# A reporter call made where the sweep's reporter is not (an arm's own process, a Ray task):
+# the method's name and its arguments, sent back to be replayed on the sweep's reporter.
+Event = tuple[str, tuple[Any, ...]]
+_FORWARDED = frozenset(
+    {"arm_started", "arm_failed", "cell_started", "request_done", "cell_finished", "cell_failed",
+     "warning"}
+)  # fmt: skip
+
+
+class ForwardingReporter(SweepReporter):
+    """Sends each event through ``put`` (a queue's); ``replay`` delivers it."""
+
+    def __init__(self, put: Callable[[Event], None]) -> None:
+        self.put = put
+        self._cell: str | None = None  # a session runs one cell at a time
+
+    def arm_started(self, arm: str, detail: str) -> None:
+        self.put(("arm_started", (arm, detail)))
+
+    def arm_failed(self, arm: str, reason: str) -> None:
+        self.put(("arm_failed", (arm, reason)))
+
+    def cell_started(self, cell: Cell) -> None:
+        self._cell = cell.id
+        self.put(("cell_started", (cell,)))
+
+    def request_done(self, record: RequestRecord, cell_id: str | None = None) -> None:
+        self.put(("request_done", (record, cell_id or self._cell)))
+
+    def cell_finished(self, cell: Cell, row: dict) -> None:
+        self.put(("cell_finished", (cell, row)))
+
+    def cell_failed(self, cell: Cell, reason: str) -> None:
+        self.put(("cell_failed", (cell, reason)))
+
+    def warning(self, text: str) -> None:
+        self.put(("warning", (text,)))
+
+
+def replay(event: Event, reporter: SweepReporter) -> None:
+    name, args = event
+    if name in _FORWARDED:  # nothing else of the reporter is reachable from a queue
+        getattr(reporter, name)(*args)
 
 
 def make_console() -> Console:
@@ -89,6 +138,13 @@ def cell_summary(row: dict) -> str:
     )
 
 
+@dataclass
+class _CellBar:
+    task: TaskID
+    t0: float  # perf_counter at the cell's start
+    tokens: int = 0  # measured output tokens so far
+
+
 class RichReporter(SweepReporter):
     def __init__(self, console: Console | None = None):
         self.console = console or make_console()
@@ -102,9 +158,7 @@ class RichReporter(SweepReporter):
             transient=False,
         )
         self.progress.start()
-        self._task: TaskID | None = None
-        self._t0 = 0.0
-        self._tokens = 0
+        self._cells: dict[str, _CellBar] = {}  # by cell id: arms side by side run cells at once
 
     def run_started(self, run_dir: Path) -> None:
         super().run_started(run_dir)
@@ -122,35 +176,36 @@ class RichReporter(SweepReporter):
 
     def cell_started(self, cell: Cell) -> None:
         load = f"c={cell.concurrency}" if cell.rate is None else f"rate={cell.rate:g}/s"
-        self._t0, self._tokens = time.perf_counter(), 0
-        self._task = self.progress.add_task(
+        task = self.progress.add_task(
             f"{cell.arm} · {cell.workload} · {load}",
             total=cell.num_requests + cell.warmup,
             tok_s="-",
         )
+        self._cells[cell.id] = _CellBar(task, time.perf_counter())
 
-    def request_done(self, record: RequestRecord) -> None:
-        if self._task is None:
+    def request_done(self, record: RequestRecord, cell_id: str | None = None) -> None:
+        bar = self._cells.get(cell_id or next(reversed(self._cells), ""))
+        if bar is None:
             return
         if not record.warmup:
-            self._tokens += sum(record.chunk_tokens)
-        dt = max(time.perf_counter() - self._t0, 1e-9)
+            bar.tokens += sum(record.chunk_tokens)
+        dt = max(time.perf_counter() - bar.t0, 1e-9)
         # The bar counts conversations: a multi-turn one advances on its first turn only.
         self.progress.update(
-            self._task, advance=1 if record.turn == 0 else 0, tok_s=f"{self._tokens / dt:.0f}"
+            bar.task, advance=1 if record.turn == 0 else 0, tok_s=f"{bar.tokens / dt:.0f}"
         )
 
     def cell_finished(self, cell: Cell, row: dict) -> None:
-        if self._task is not None:
-            self.progress.update(self._task, completed=cell.num_requests + cell.warmup)
-            self.progress.remove_task(self._task)
-            self._task = None
+        bar = self._cells.pop(cell.id, None)
+        if bar is not None:
+            self.progress.update(bar.task, completed=cell.num_requests + cell.warmup)
+            self.progress.remove_task(bar.task)
         self.console.print(f"  ✓ {cell.id}: {cell_summary(row)}", highlight=False)
 
     def cell_failed(self, cell: Cell, reason: str) -> None:
-        if self._task is not None:
-            self.progress.remove_task(self._task)
-            self._task = None
+        bar = self._cells.pop(cell.id, None)
+        if bar is not None:
+            self.progress.remove_task(bar.task)
         self.console.print(f"  [red]✗ {cell.id}[/]: {reason.splitlines()[0] if reason else ''}")
 
     def warning(self, text: str) -> None:

@@ -19,11 +19,18 @@ when a synthetic workload needs it.
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
+import queue
 import signal
+import socket
 import sys
-from dataclasses import dataclass, field
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from pydantic import SecretStr, ValidationError
@@ -33,9 +40,10 @@ from avbench.inputs.checks import check_api_key, check_endpoint, check_port, che
 from avbench.inputs.suite import MAX_PARALLEL, Pair, Sweep
 from avbench.inputs.workload import WorkloadSpec
 from avbench.plan.cells import Arm, Cell, build_plan
+from avbench.plan.gpus import GpuSet, Session, check_inventory, plan_waves, visible_gpus
 from avbench.run.arm_session import ArmSession, Failed, SweepOutcome, SweepRun
 from avbench.run.cell_run import CellSettings, Target
-from avbench.run.progress import SweepReporter
+from avbench.run.progress import Event, ForwardingReporter, SweepReporter, replay
 from avbench.serving.capture import arm_capture, settings_for
 from avbench.serving.cpu_layout import apply, layout_for, release
 from avbench.serving.server import (
@@ -56,6 +64,7 @@ from avbench.store.artefacts import (
     SCHEMA_VERSION,
     ArmEntry,
     CpuLayoutEntry,
+    PlacementEntry,
     Provenance,
     SweepInputs,
     SweepManifest,
@@ -101,13 +110,20 @@ class SweepOptions:
     # Arm -> reason, for arms the pre-flight found this vLLM would refuse at start (its AV
     # start-up checks: avbench.checks.av_start); never started, reported unsupported.
     refused_arms: dict[str, str] = field(default_factory=dict)
+    gpus: GpuSet | None = None  # launched: the host's GPUs the arms share (None: all visible)
+    isolate: list[str] = field(default_factory=list)  # arms measured with no other beside them
 
 
 # ----------------------------------------------------------------------------- entry points
-def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> SweepOutcome:
-    """Create a new run directory and run every cell of the plan."""
+def start_sweep(
+    opts: SweepOptions,
+    reporter: SweepReporter | None = None,
+    backend: SessionBackend | None = None,
+) -> SweepOutcome:
+    """Create a new run directory and run every cell of the plan (``backend``: where the arm
+    sessions run; default this host, side by side on its GPUs)."""
     reporter = reporter or SweepReporter()
-    install = check_new_run(opts)
+    install = check_new_run(opts, _servers_here(backend))
     if opts.endpoint is not None:
         opts.served_model = probe_endpoint(opts)
         probe_tokenizer(opts)
@@ -141,11 +157,14 @@ def start_sweep(opts: SweepOptions, reporter: SweepReporter | None = None) -> Sw
         workload_sources={},
     )
     store = RunStore.create(opts.results_dir, run_id, manifest)
-    return _execute(store, opts, plan, install, reporter)
+    return _execute(store, opts, plan, install, reporter, backend)
 
 
 def resume_sweep(
-    run_dir: Path, opts_override: dict[str, Any], reporter: SweepReporter | None = None
+    run_dir: Path,
+    opts_override: dict[str, Any],
+    reporter: SweepReporter | None = None,
+    backend: SessionBackend | None = None,
 ) -> SweepOutcome:
     """Rerun every cell of a stored plan that has no finished row (failed ones included)."""
     reporter = reporter or SweepReporter()
@@ -173,18 +192,28 @@ def resume_sweep(
     if opts.endpoint is None:
         install = probe_vllm(opts.vllm_python)
         require_vllm(install)
-        require_free_port(opts.port, opts.host)
+        if _servers_here(backend):
+            require_free_port(opts.port, opts.host)
     else:
         opts.served_model = probe_endpoint(opts)
         probe_tokenizer(opts)
     store.update_manifest(status="running", resumed_at=utcnow())
-    return _execute(store, opts, plan, install, reporter)
+    if opts.endpoint is None:
+        store.end_placements()  # the sessions of the run's last invocation are over
+    return _execute(store, opts, plan, install, reporter, backend)
 
 
 # ----------------------------------------------------------------------------- internals
-def check_new_run(opts: SweepOptions) -> VllmInstall | None:
+def _servers_here(backend: SessionBackend | None) -> bool:
+    """Whether the servers listen on this host's ``--port`` (a Ray task takes a free port of
+    its node)."""
+    return backend is None or backend.name == "local"
+
+
+def check_new_run(opts: SweepOptions, servers_here: bool = True) -> VllmInstall | None:
     """Everything about a new run that can be checked without a server: options, results
-    directory, run id, and (launching) the vLLM install and the port. Returns the install."""
+    directory, run id, and (launching) the vLLM install and, ``servers_here``, the port.
+    Returns the install."""
     _check_options(opts)
     build_plan(opts.pair, opts.sweep, _attached_arms(opts))  # duplicate cells, no arms, ...
     check_results_dir(opts.results_dir)
@@ -194,7 +223,8 @@ def check_new_run(opts: SweepOptions) -> VllmInstall | None:
         return None
     install = probe_vllm(opts.vllm_python)
     require_vllm(install)
-    require_free_port(opts.port, opts.host)
+    if servers_here:
+        require_free_port(opts.port, opts.host)
     return install
 
 
@@ -211,6 +241,10 @@ def _check_options(opts: SweepOptions) -> None:
         check_api_key(opts.api_key.get_secret_value())
     if opts.attach_gpus is not None and not 1 <= opts.attach_gpus <= MAX_PARALLEL:
         raise AvbenchError(f"--gpus: expected 1-{MAX_PARALLEL}, got {opts.attach_gpus}")
+    if opts.gpus is not None:
+        pair = opts.pair
+        shape = f"pair {pair.name} (TP {pair.tensor_parallel} x PP {pair.pipeline_parallel} x DP {pair.data_parallel})"
+        check_inventory(opts.gpus, pair.gpus_per_server, shape)
     if opts.endpoint is not None:
         opts.endpoint = check_endpoint(opts.endpoint)
     if opts.attach_arm is not None and opts.attach_arm.k > opts.pair.max_k:
@@ -372,7 +406,12 @@ def _install_sigterm():
 
 
 def _execute(
-    store: RunStore, opts: SweepOptions, plan: list[Cell], install, reporter: SweepReporter
+    store: RunStore,
+    opts: SweepOptions,
+    plan: list[Cell],
+    install,
+    reporter: SweepReporter,
+    backend: SessionBackend | None,
 ) -> SweepOutcome:
     previous_sigterm = _install_sigterm()
     outcome = SweepOutcome(store=store)
@@ -380,23 +419,37 @@ def _execute(
     for text in capture_warnings(opts, install):
         reporter.warning(text)
     secrets = _secrets(opts)
+    backend = backend or HostBackend(opts)
     try:
-        run = SweepRun(
-            store=store,
-            settings=_cell_settings(opts),
-            workloads=_WorkloadCache(opts, store, plan),
-            reporter=reporter,
-            outcome=outcome,
-            secrets=secrets,
-            provenance=ProvenancePart(**measurement_provenance(_base_url(opts))),
-            finished=store.finished_cells(),
-        )
-        for (_repeat, arm_name), group in itertools.groupby(plan, key=lambda c: (c.repeat, c.arm)):
+        run = _sweep_run(store, opts, plan, reporter, outcome)
+        todo: list[tuple[Session, list[Cell]]] = []
+        for (repeat, arm_name), group in itertools.groupby(plan, key=lambda c: (c.repeat, c.arm)):
             cells = list(group)
-            todo = [c for c in cells if c.id not in run.finished]
-            outcome.skipped += len(cells) - len(todo)
-            if todo:
-                _run_arm(run, opts, Arm.parse(arm_name), todo, install)
+            left = [c for c in cells if c.id not in run.finished]
+            outcome.skipped += len(cells) - len(left)
+            if left:
+                session = Session(arm_name, repeat, _gpus(opts), arm_name in opts.isolate)
+                todo.append((session, left))
+        cells_of = {(s.arm, s.repeat): cells for s, cells in todo}
+        for wave in plan_waves([s for s, _ in todo], backend.inventory()):
+            jobs = [
+                SessionJob(
+                    opts=replace(opts, port=opts.port + slot),
+                    root=store.root,
+                    plan=plan,
+                    arm=p.session.arm,
+                    repeat=p.session.repeat,
+                    cells=cells_of[(p.session.arm, p.session.repeat)],
+                    install=install,
+                    gpus=p.gpus,
+                    backend=backend.name,
+                )
+                for slot, p in enumerate(wave.placements)
+            ]
+            if len(jobs) == 1 and backend.name == "local":
+                _run_session(run, jobs[0])
+            else:
+                _run_wave(run, backend, jobs)
     except KeyboardInterrupt:
         store.update_manifest(status="interrupted", ended_at=utcnow(), counts=outcome.counts())
         raise
@@ -414,6 +467,224 @@ def _execute(
     status = "finished" if not outcome.failed else "finished_with_failures"
     store.update_manifest(status=status, ended_at=utcnow(), counts=outcome.counts())
     return outcome
+
+
+def _sweep_run(
+    store: RunStore,
+    opts: SweepOptions,
+    plan: list[Cell],
+    reporter: SweepReporter,
+    outcome: SweepOutcome,
+) -> SweepRun:
+    return SweepRun(
+        store=store,
+        settings=_cell_settings(opts),
+        workloads=_WorkloadCache(opts, store, plan),
+        reporter=reporter,
+        outcome=outcome,
+        secrets=_secrets(opts),
+        provenance=ProvenancePart(**measurement_provenance(_base_url(opts))),
+        finished=store.finished_cells(),
+    )
+
+
+# ----------------------------------------------------------------------------- arm sessions
+@dataclass(frozen=True)
+class SessionJob:
+    """One arm session (an arm's cells of one repeat) with everything a process other than
+    the sweep's needs to run it: the sweep's options (the port its server gets), the run
+    directory it stores into, the whole plan (each workload is loaded for all of it, so every
+    arm gets the same prompts) and the GPUs its server gets."""
+
+    opts: SweepOptions
+    root: Path
+    plan: list[Cell]
+    arm: str
+    repeat: int
+    cells: list[Cell]
+    install: VllmInstall | None
+    gpus: GpuSet
+    backend: str  # where it runs: PlacementEntry.backend
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    """What a session run away from the sweep's process measured, failed and skipped."""
+
+    finished: list[dict]
+    failed: list[dict]
+    unsupported: list[dict]
+    skipped: int  # found measured when it started (a re-run task: what its first try stored)
+
+
+class SessionBackend(Protocol):
+    """Where a wave's sessions run: this host's processes, or Ray tasks."""
+
+    name: str  # "local" (alone in avbench's process, else processes side by side) or "ray"
+
+    def inventory(self) -> GpuSet:
+        """The GPUs the waves are planned on."""
+        ...
+
+    def run_wave(
+        self, jobs: Sequence[SessionJob], on_event: Callable[[Event], None]
+    ) -> list[SessionResult | None]:
+        """Run the sessions at once, passing their progress events on as they come; each
+        one's result, None where it was lost (its process, task or node gone)."""
+        ...
+
+
+def run_session(job: SessionJob, put: Callable[[Event], None]) -> SessionResult:
+    """A session in a process of its own (beside other arms, or a Ray task): its own load
+    driver and event loop, the run directory's store, progress sent through ``put``. Cells
+    already stored are skipped, so a session re-run after its process was lost resumes."""
+    store = RunStore.open(job.root)
+    outcome = SweepOutcome(store=store)
+    run = _sweep_run(store, job.opts, job.plan, ForwardingReporter(put), outcome)
+    left = [c for c in job.cells if c.id not in run.finished]
+    _run_session(run, replace(job, cells=left))
+    return SessionResult(
+        outcome.finished, outcome.failed, outcome.unsupported, len(job.cells) - len(left)
+    )
+
+
+def _run_session(run: SweepRun, job: SessionJob) -> None:
+    """The session's cells on its server, its placement (host, GPUs, span) in the manifest."""
+    if not job.cells:
+        return
+    if job.opts.endpoint:  # someone else's server: no host or GPUs of ours to record
+        _run_arm(run, job.opts, Arm.parse(job.arm), job.cells, job.install, job.gpus)
+        return
+    placement = PlacementEntry(
+        arm=job.arm,
+        repeat=job.repeat,
+        cells=[c.id for c in job.cells],
+        host=socket.gethostname(),
+        gpus=list(job.gpus.ids),
+        started_at=utcnow("microseconds"),
+        backend=job.backend,
+    )
+    run.store.end_placements(job.arm, job.repeat)  # a lost try of this session (Ray re-runs)
+    run.store.record_placement(placement)
+    try:
+        _run_arm(run, job.opts, Arm.parse(job.arm), job.cells, job.install, job.gpus)
+    finally:
+        run.store.record_placement(
+            placement.model_copy(update={"ended_at": utcnow("microseconds")})
+        )
+
+
+def _run_wave(run: SweepRun, backend: SessionBackend, jobs: list[SessionJob]) -> None:
+    """Sessions side by side; what each stored joins the sweep's outcome. A lost one's cells
+    without a row fail as such (--resume reruns them)."""
+    results = backend.run_wave(jobs, lambda event: replay(event, run.reporter))
+    outcome = run.outcome
+    for result in results:
+        if result is not None:
+            outcome.finished += result.finished
+            outcome.failed += result.failed
+            outcome.unsupported += result.unsupported
+            outcome.skipped += result.skipped
+    run.finished.update(run.store.finished_cells())
+    for job, result in zip(jobs, results, strict=True):
+        if result is None:
+            run.store.end_placements(job.arm, job.repeat)
+            lost = [c for c in job.cells if c.id not in run.finished]
+            where = "its own process" if job.backend == "local" else f"its {job.backend} task"
+            why = f"{job.arm}: the arm's session ({where}) was lost before its cells finished"
+            run.fail(Arm.parse(job.arm), lost, Failed(FailureKind.ARM_LOST, why, arm_note=why))
+
+
+class HostBackend:
+    """This host: a wave of one session runs in avbench's process, a wider wave one process
+    per session (spawned: no state of the sweep's threads is inherited)."""
+
+    name = "local"
+
+    def __init__(self, opts: SweepOptions) -> None:
+        self.opts = opts
+
+    def inventory(self) -> GpuSet:
+        if self.opts.endpoint:
+            return GpuSet()
+        return self.opts.gpus if self.opts.gpus is not None else visible_gpus()
+
+    def run_wave(
+        self, jobs: Sequence[SessionJob], on_event: Callable[[Event], None]
+    ) -> list[SessionResult | None]:
+        ctx = multiprocessing.get_context("spawn")
+        events = ctx.Queue()
+        procs = [
+            ctx.Process(
+                target=_session_process,
+                args=(i, replace(job, backend="process"), events),
+                name=f"avbench-{job.arm}",
+            )
+            for i, job in enumerate(jobs)
+        ]
+        results: list[SessionResult | None] = [None] * len(jobs)
+        errors: list[Exception] = []
+        try:
+            for proc in procs:
+                proc.start()
+            while any(p.is_alive() for p in procs) or not events.empty():
+                try:
+                    event = events.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if event[0] == _RESULT:
+                    index, result = event[1]
+                    results[index] = result
+                elif event[0] == _ERROR:
+                    errors.append(event[1])
+                else:
+                    on_event(event)
+        finally:
+            for proc in procs:  # Ctrl-C reached them too; SIGTERM (sent to avbench alone) not
+                if proc.is_alive():
+                    proc.terminate()
+                proc.join()
+        if errors:  # as if the session had run here: the sweep stops with its error
+            raise errors[0]
+        return results
+
+
+_RESULT, _ERROR = "_session_result", "_session_error"
+
+
+def _stop_with_the_sweep() -> None:
+    """The sweep's process gone (SIGKILLed, say), this session stops as on SIGTERM, its server
+    with it: no arm goes on writing into a run nobody watches (--resume would race it)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="avbench-sweep-watch", daemon=True).start()
+
+
+def _session_process(index: int, job: SessionJob, events: Any) -> None:
+    """A session's own process: SIGTERM from the sweep stops it as Ctrl-C does (its server
+    stopped), and either leaves quietly: the sweep reports the interruption. An error goes to
+    the sweep, which stops with it as it would have here (a full disk, a bug)."""
+    _install_sigterm()
+    _stop_with_the_sweep()
+    try:
+        result = run_session(job, events.put)
+    except KeyboardInterrupt:
+        events.cancel_join_thread()  # a sweep gone reads no more: exit without flushing to it
+        return
+    except AvbenchError as exc:
+        events.put((_ERROR, exc))
+        return
+    except Exception as exc:  # the sweep saves its traceback; this one goes to stderr
+        print(redact(traceback.format_exc(), _secrets(job.opts)), file=sys.stderr)
+        events.put((_ERROR, RuntimeError(f"arm {job.arm}'s process: {type(exc).__name__}: {exc}")))
+        return
+    events.put((_RESULT, (index, result)))
 
 
 def _cell_settings(opts: SweepOptions) -> CellSettings:
@@ -458,7 +729,9 @@ def _mark_failed(store: RunStore, outcome: SweepOutcome, error: str) -> None:
         pass
 
 
-def _run_arm(run: SweepRun, opts: SweepOptions, arm: Arm, cells: list[Cell], install) -> None:
+def _run_arm(
+    run: SweepRun, opts: SweepOptions, arm: Arm, cells: list[Cell], install, gpus: GpuSet
+) -> None:
     if opts.endpoint:
         run.reporter.arm_started(arm.name, f"attached to {opts.endpoint}")
         model = opts.served_model or probe_endpoint(opts)
@@ -470,9 +743,10 @@ def _run_arm(run: SweepRun, opts: SweepOptions, arm: Arm, cells: list[Cell], ins
         run.fail(arm, cells, refused)
         return
     capture = arm_capture(run.store, opts, arm)
-    server = arm_server(opts.pair, arm, _launch(run, opts, arm, capture))
+    server = arm_server(opts.pair, arm, replace(_launch(run, opts, arm, capture), gpus=gpus))
+    on = f" on GPUs {gpus.cuda_visible_devices()}" if gpus.ids else ""
     run.reporter.arm_started(
-        arm.name, f"starting vLLM on port {opts.port} (log: {server.log_path})"
+        arm.name, f"starting vLLM on port {opts.port}{on} (log: {server.log_path})"
     )
     try:
         failed = _start(server, run, opts, arm)

@@ -31,6 +31,7 @@ from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.inputs import checkpoints
 from avbench.inputs.suite import Pair, Sweep
 from avbench.plan.cells import Arm
+from avbench.plan.gpus import GpuSet
 
 if TYPE_CHECKING:
     from avbench.serving.capture import CaptureSettings
@@ -291,6 +292,7 @@ class Launch:
     capture: tuple[CaptureSettings, Path] | None = None  # the plugin's captures, written there
     ready_timeout_s: float | None = None  # None: the pair's
     cpu_seed_fix: bool = True  # False: the stock CPU build's seeded prefill rewind (build_env)
+    gpus: GpuSet = GpuSet()  # the server's CUDA_VISIBLE_DEVICES; empty: what avbench sees
 
 
 def arm_server(pair: Pair, arm: Arm, launch: Launch) -> ServerProcess:
@@ -301,6 +303,8 @@ def arm_server(pair: Pair, arm: Arm, launch: Launch) -> ServerProcess:
         from avbench.serving.capture import capture_env
 
         env |= capture_env(*launch.capture, env)
+    if launch.gpus.ids:  # its own GPUs, beside other arms' servers (avbench/plan/gpus.py)
+        env["CUDA_VISIBLE_DEVICES"] = launch.gpus.cuda_visible_devices()
     cmd = build_command(
         pair, arm, port=launch.port, host=launch.host, python=launch.python, sweep=launch.sweep
     )

@@ -98,6 +98,39 @@ class ArmEntry(_Open):
     cpu_layout: CpuLayoutEntry | None = None  # None: its processes were left to the OS
 
 
+class PlacementEntry(_Open):
+    """Where and when one arm session (an arm's cells of one repeat) ran: its host, its GPUs
+    and its span, so the arms sharing a host at the same time can be told
+    (``SweepManifest.co_tenants``). The GPUs are the ids its server's CUDA_VISIBLE_DEVICES
+    named (on a Ray node, the ids Ray assigned there)."""
+
+    arm: str = Field(description="the arm whose server ran")
+    repeat: int = Field(description="the repeat of the plan the session ran")
+    cells: list[str] = Field(description="ids of the cells the session was to run")
+    host: str = Field(description="hostname of the machine its server ran on")
+    gpus: list[int] = Field(
+        default=[], description="GPU ids given to its server; empty: not pinned (all visible)"
+    )
+    started_at: str = Field(description="UTC time the session started (microseconds)")
+    ended_at: str | None = Field(
+        default=None, description="UTC time it ended; None: still running, or its process lost"
+    )
+    backend: Literal["local", "process", "ray"] = Field(
+        default="local",
+        description="local: in avbench's process; process: its own process beside others "
+        "(--gpus); ray: a Ray task",
+    )
+
+    def overlaps(self, other: PlacementEntry) -> bool:
+        """Both on one host at one time (a session with no end overlaps all that follow)."""
+        never = "9999"
+        return (
+            self.host == other.host
+            and self.started_at < (other.ended_at or never)
+            and other.started_at < (self.ended_at or never)
+        )
+
+
 class MergedArmEntry(ArmEntry):
     pair: str | None = None  # the source run's pair
 
@@ -195,9 +228,21 @@ class SweepManifest(_Common):
     error: str | None = None
     counts: Counts | None = None
     workload_sources: dict[str, WorkloadSource] = {}
+    placements: list[PlacementEntry] = []  # each arm session, as it started (--gpus, --ray)
 
     def arm(self, name: str) -> ArmEntry | None:
         return next((a for a in self.arms if a.name == name), None)
+
+    def co_tenants(self) -> dict[str, list[str]]:
+        """Cell id -> the other arms whose servers ran on its host while its session ran
+        (none for a cell measured alone). A cell run again (--resume) is judged by its last
+        session."""
+        out: dict[str, list[str]] = {}
+        for p in self.placements:
+            others = sorted({o.arm for o in self.placements if o is not p and o.overlaps(p)})
+            for cell in p.cells:
+                out[cell] = others
+        return out
 
 
 class MergedManifest(_Common):

@@ -22,6 +22,7 @@ class FailureKind(StrEnum):
     CELL_DEADLINE = "cell_deadline"  # the cell ran past the sweep's cell_s
     REQUESTS_FAILED = "requests_failed"  # more than max_failed_share of its requests failed
     CELL = "cell"  # an error while running the cell (its traceback is kept)
+    ARM_LOST = "arm_lost"  # the arm's own process (or Ray task, or its node) was lost mid-arm
 
 
 class CellFailure(BaseModel):

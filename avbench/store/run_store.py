@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import platform
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from avbench.store.artefacts import (
     AdaptiveRecord,
     CpuLayoutEntry,
     Host,
+    PlacementEntry,
     RunManifest,
     SweepManifest,
     Versions,
@@ -57,8 +59,8 @@ from avbench.store.artefacts import (
 from avbench.store.failures import CellFailure, failure_problem
 
 
-def utcnow() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+def utcnow(timespec: str = "seconds") -> str:
+    return datetime.now(UTC).isoformat(timespec=timespec)
 
 
 def new_run_id(pair: str) -> str:
@@ -404,10 +406,23 @@ class RunStore:
         except OSError as exc:
             raise _store_error(exc, self.manifest_path, self.root) from None
 
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[None]:
+        """One writer of the run directory at a time: arms running side by side (each in its
+        own process, or a Ray task) append rows and update the manifest, which is read, changed
+        and written back whole. An advisory lock on the directory itself (no file added)."""
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def update_manifest(self, **fields: Any) -> RunManifest:
         """Replace top-level fields; the result is validated before it is written, atomically."""
-        m = self._validated(dump_manifest(self.read_manifest()) | fields)
-        self.write_manifest(m)
+        with self._writer():
+            m = self._validated(dump_manifest(self.read_manifest()) | fields)
+            self.write_manifest(m)
         return m
 
     def _sweep_manifest(self) -> SweepManifest:
@@ -416,29 +431,68 @@ class RunStore:
             raise StoreError(f"{self.manifest_path}: a merged run, not a sweep")
         return m
 
+    def _change_sweep_manifest(self, change: Callable[[SweepManifest], None]) -> SweepManifest:
+        """Read, change and write back the sweep manifest, as its one writer at the time."""
+        with self._writer():
+            m = self._sweep_manifest()
+            change(m)
+            self.write_manifest(m)
+        return m
+
     def record_cpu_layout(self, arm: str, layout: CpuLayoutEntry) -> None:
         """Where the arm's server processes were pinned, into its manifest entry."""
-        m = self._sweep_manifest()
-        for a in m.arms:
-            if a.name == arm:
-                a.cpu_layout = layout
-        self.write_manifest(m)
+
+        def change(m: SweepManifest) -> None:
+            for a in m.arms:
+                if a.name == arm:
+                    a.cpu_layout = layout
+
+        self._change_sweep_manifest(change)
 
     def record_engine(self, arm: str, choices: dict[str, str | None]) -> SweepManifest:
         """What the arm's server chose (server_log.engine_choices), into its manifest entry."""
-        m = self._sweep_manifest()
-        for a in m.arms:
-            if a.name == arm:
-                a.engine = choices
-        self.write_manifest(m)
-        return m
+
+        def change(m: SweepManifest) -> None:
+            for a in m.arms:
+                if a.name == arm:
+                    a.engine = choices
+
+        return self._change_sweep_manifest(change)
 
     def record_workload_source(self, name: str, source: dict[str, Any]) -> None:
         """What a workload's prompts were (LoadedWorkload.manifest), once it is loaded."""
-        m = self._sweep_manifest()
-        m.workload_sources[name] = WorkloadSource.model_validate(source)
-        m.workload_sources = m.workload_sources  # marks the field as set: it is written
-        self.write_manifest(m)
+
+        def change(m: SweepManifest) -> None:
+            m.workload_sources[name] = WorkloadSource.model_validate(source)
+            m.workload_sources = m.workload_sources  # marks the field as set: it is written
+
+        self._change_sweep_manifest(change)
+
+    def record_placement(self, entry: PlacementEntry) -> None:
+        """An arm session's host, GPUs and span: added when it starts, replaced (same arm,
+        repeat and start) when it ends."""
+
+        def change(m: SweepManifest) -> None:
+            key = (entry.arm, entry.repeat, entry.started_at)
+            kept = [p for p in m.placements if (p.arm, p.repeat, p.started_at) != key]
+            m.placements = [*kept, entry]
+
+        self._change_sweep_manifest(change)
+
+    def end_placements(self, arm: str | None = None, repeat: int | None = None) -> None:
+        """End, now, the placements left open by sessions that were lost (of ``arm`` and
+        ``repeat``, or all): a lost session must not count as running beside later ones."""
+
+        def change(m: SweepManifest) -> None:
+            now = utcnow("microseconds")
+            m.placements = [
+                p.model_copy(update={"ended_at": now})
+                if p.ended_at is None and arm in (None, p.arm) and repeat in (None, p.repeat)
+                else p
+                for p in m.placements
+            ]
+
+        self._change_sweep_manifest(change)
 
     # -- cells
     def finished_cells(self) -> dict[str, dict[str, Any]]:
@@ -518,7 +572,8 @@ class RunStore:
 
     def _append(self, path: Path, row: dict[str, Any]) -> None:
         try:
-            _append_jsonl(path, row, self.on_warning)
+            with self._writer():
+                _append_jsonl(path, row, self.on_warning)
         except OSError as exc:
             raise _store_error(exc, path, self.root) from None
 

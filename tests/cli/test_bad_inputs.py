@@ -142,8 +142,12 @@ OPTIONS = [
         files=(("k", b"sk-abcdefgh"),),
     ),
     # options that belong elsewhere, names that do not exist
-    Bad((*SWEEP, "--arm", "static-k1"), "--arm and --gpus describe an attached server"),
-    Bad((*SWEEP, "--gpus", "2"), "--arm and --gpus describe an attached server"),
+    Bad((*SWEEP, "--arm", "static-k1"), "--arm describes an attached server"),
+    Bad((*SWEEP, "--gpus", "two"), "--gpus 'two': expected GPU ids and ranges, e.g. 0-7 or 0,2,5"),
+    Bad((*SWEEP, "--gpus", "0-3,2"), "--gpus '0-3,2': GPU 2 given twice"),
+    Bad((*SWEEP, "--isolate", "fast"), "--isolate: arm name 'fast'"),
+    Bad((*SWEEP, "--gpus", "0", "--ray", "local"), "--gpus and --ray: Ray gives each arm its GPUs"),
+    Bad((*SWEEP, "--adaptive", "--ray", "local"), "--ray runs a planned sweep's arms"),
     Bad((*SWEEP, "--capture-dir", "{tmp}"), "--capture-dir {tmp}: expected the existing directory"),
     Bad((*SWEEP, "--workloads", "nope"), "unknown workload 'nope'"),
     Bad((*SWEEP, "--workloads", "gsm8k-tiny,gsm8k-tiny"), "workloads lists gsm8k-tiny more"),
@@ -199,6 +203,11 @@ OPTIONS = [
     Bad((*ATTACH[:6], "fast", *ATTACH[7:]), "--arm: arm name 'fast'"),
     Bad((*ATTACH, "--gpus", "0"), "--gpus: expected 1-4096, got 0"),
     Bad((*ATTACH, "--gpus", BIG), f"--gpus: expected 1-4096, got {BIG}"),
+    Bad((*ATTACH, "--gpus", "0-3"), "--gpus '0-3': with --endpoint, expected the number of GPUs"),
+    Bad(
+        (*ATTACH, "--isolate", "baseline"), "--isolate and --ray place the servers avbench launches"
+    ),
+    Bad((*ATTACH, "--ray", "local"), "--isolate and --ray place the servers avbench launches"),
     Bad((*ATTACH, "--model", "other"), "model 'other' (--model"),
     Bad(
         (*ATTACH, "--capture-dir", "{tmp}/none"), "--capture-dir {tmp}/none: expected the existing"

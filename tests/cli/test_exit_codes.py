@@ -66,7 +66,7 @@ SWEEP = ("sweep", "--pair", "tiny-cpu")
         ((*SWEEP, "--k", "1,5"), "--k: 5 above max_k 3 of pair tiny-cpu"),
         ((*SWEEP, "--concurrencies", "4,4"), "concurrencies lists 4 more than once"),
         ((*SWEEP, "--workloads", "gsm8k-tiny,gsm8k-tiny"), "workloads lists gsm8k-tiny more"),
-        ((*SWEEP, "--arm", "static-k1"), "--arm and --gpus describe an attached server"),
+        ((*SWEEP, "--arm", "static-k1"), "--arm describes an attached server"),
         ((*SWEEP, "--endpoint", "not a url"), "expected an http:// or https:// URL"),
         ((*SWEEP, "--endpoint", "ftp://127.0.0.1:21"), "expected an http:// or https:// URL"),
         ((*SWEEP, "--endpoint", "http://127.0.0.1:99999"), "port must be 1-65535"),

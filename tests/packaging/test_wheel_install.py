@@ -4,10 +4,12 @@ and plans a sweep: suites and assets travel inside the package."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,17 @@ def _fresh_venv(tmp: Path, wheel: Path, env: dict[str, str]) -> Path:
     return venv
 
 
+def _ray_only_as_an_extra(wheel: Path) -> None:
+    """Ray is the `ray` extra's (sweep --ray), never a base dependency of the wheel."""
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = z.read(name).decode().splitlines()
+    requires = [line.split(":", 1)[1].strip() for line in meta if line.startswith("Requires-Dist:")]
+    ray = [r for r in requires if re.match(r"ray\b", r)]
+    assert "Provides-Extra: ray" in meta
+    assert ray and all('extra == "ray"' in r for r in ray), requires
+
+
 def test_the_wheel_installed_outside_the_repo_lists_pairs_and_plans(tmp_path: Path):
     tmp = tmp_path.resolve()
     assert not tmp.is_relative_to(REPO)
@@ -66,7 +79,9 @@ def test_the_wheel_installed_outside_the_repo_lists_pairs_and_plans(tmp_path: Pa
         for k, v in os.environ.items()
         if k not in ("PYTHONPATH", "AVBENCH_SUITES", "VIRTUAL_ENV", "PYTHONHOME")
     }
-    venv = _fresh_venv(tmp, _build_wheel(tmp, env), env)
+    wheel = _build_wheel(tmp, env)
+    _ray_only_as_an_extra(wheel)
+    venv = _fresh_venv(tmp, wheel, env)
     work = tmp / "work"  # no ./suites here: the package's own are read
     work.mkdir()
 
