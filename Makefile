@@ -56,18 +56,27 @@ demo: setup
 	  $(BIN)/avbench recommend results/$(DEMO_RUN) results/$(DEMO_RUN)-dyn results/$(DEMO_RUN)-temp0 && \
 	  exit $$status
 
-# The test tiers (docs/testing.md): the tests that start no vLLM server, on every core (`make
-# test-fast`); then those that do, one at a time, one server at a time. Either failing fails.
-FAST_TESTS := $(BIN)/pytest -q -n auto -m "not vllm" tests
-
+# The test tiers (docs/testing.md). `make test-fast`, the edit loop: every test that is neither
+# `vllm` nor `slow`, on every core. `make test`: every test. The `vllm` tests one at a time, one
+# server at a time; beside them, at a lower priority, the others: a server's start (one
+# interpreter importing vLLM) and its load leave about one core of two idle. Those others hold a
+# lock (fd 9) until they end, and the `quiet` tests, which compare timings of runs made apart,
+# wait for it. Either half failing fails; the second's output follows the first's. Interrupted,
+# both stop (in the background, a non-interactive shell's job ignores the terminal's SIGINT).
 test: setup vllm-src
-	@status=0; \
-	  $(FAST_TESTS) || status=$$?; \
-	  $(BIN)/pytest -q -m vllm --durations=25 tests || status=$$?; \
+	@rest_log=$$(mktemp); beside=$$(mktemp); status=0; \
+	  exec 9>"$$beside"; flock 9; \
+	  nice -n 10 $(BIN)/pytest -q -n auto --dist worksteal -m "not vllm" tests >"$$rest_log" 2>&1 & rest=$$!; \
+	  exec 9>&-; \
+	  trap 'kill $$rest 2>/dev/null; rm -f "$$rest_log" "$$beside"; exit 130' INT TERM; \
+	  AVBENCH_TESTS_BESIDE="$$beside" $(BIN)/pytest -q -m vllm --durations=25 tests || status=$$?; \
+	  wait $$rest || status=$$?; \
+	  echo "== the tests that start no vLLM server (run beside those above):"; \
+	  cat "$$rest_log"; rm -f "$$rest_log" "$$beside"; \
 	  exit $$status
 
 test-fast: setup vllm-src
-	$(FAST_TESTS)
+	$(BIN)/pytest -q -n auto -m "not vllm and not slow" tests
 
 lint: setup
 	$(BIN)/ruff check avbench tests bench scripts

@@ -7,12 +7,16 @@ values such as ``method``) of ``--speculative-config`` are checked against that 
 (``validate_parsed_serve_args``) run too, and a drafter that is a folder of a Hugging Face
 repository must be in the local cache (``avbench.inputs.checkpoints``). Nothing is loaded beyond vLLM's
 Python modules: no model, no tokenizer, no GPU. One subprocess checks every arm of every pair, so the cost is one import of
-vLLM (about 10 s on 2 cores) however many arms there are.
+vLLM (about 8 s on 2 cores) however many arms there are. Its answer for each command line is
+kept under ``$AVBENCH_CACHE/preflight``, per interpreter, ``VLLM_*`` environment and vLLM files
+(their count, sizes and newest change): a resumed run, a nightly's second sweep or any check of
+lines already parsed skips the import.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -21,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from avbench.assets.derived import cache_root
 from avbench.checks.av_start import PARSER_MODULES, AvStart, av_start_checks
 from avbench.errors import AvbenchError, ServerError, UnsupportedArm
 from avbench.inputs.suite import Pair, Sweep
@@ -173,7 +178,7 @@ def preflight(targets: list[Target], python: str, *, timeout_s: float = 300) -> 
     if not targets:
         return report
     argvs = [_server_argv(t, python) for t in targets]
-    known = _run_check(python, argvs, timeout_s)
+    known = _check_kept(install, argvs, timeout_s)
     report.parser = known.get("module")
     version = f"{install.distribution} {install.version}"
     av: list[Target] = []
@@ -232,6 +237,76 @@ def _server_argv(t: Target, python: str) -> list[str]:
     if cmd[1:3] != ["-m", VLLM_MODULE]:
         raise AssertionError(f"unexpected server command shape: {cmd[:3]}")
     return cmd[3:]
+
+
+def _install_stamp(package_dir: str) -> list[int]:
+    """How many Python files the vLLM package has, their total size and newest change: an
+    upgrade, a reinstall or an edit of an editable checkout moves it (a walk of about 0.1 s)."""
+    count = size = newest = 0
+    for folder, _, names in os.walk(package_dir):
+        for name in names:
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                count, size, newest = count + 1, size + st.st_size, max(newest, st.st_mtime_ns)
+    return [count, size, newest]
+
+
+def _check_kept(install: VllmInstall, argvs: list[list[str]], timeout_s: float) -> dict:
+    """The parser's answer for ``argvs``: each command line's verdict kept from an earlier check
+    under the same installation, the rest parsed (one import) and kept. Without a vLLM package
+    folder to stamp nothing is kept."""
+    if install.package_dir is None:
+        return _run_check(install.python, argvs, timeout_s)
+    folder = cache_root() / "preflight" / _install_key(install, install.package_dir)
+    files = [folder / f"{_digest(argv)}.json" for argv in argvs]
+    kept = [_read_kept(f) for f in files]
+    parser = _read_kept(folder / "parser.json")
+    todo = [i for i, k in enumerate(kept) if k is None]
+    if parser is None or todo:
+        known = _run_check(install.python, [argvs[i] for i in todo] or argvs, timeout_s)
+        results = known.pop("results")
+        parser = known
+        _keep(folder / "parser.json", parser)
+        for i, res in zip(todo or range(len(argvs)), results, strict=True):
+            kept[i] = res
+            _keep(files[i], res)
+    return parser | {"results": kept}
+
+
+def _install_key(install: VllmInstall, package_dir: str) -> str:
+    """What a parse depends on besides the command line."""
+    env = [(k, v) for k, v in os.environ.items() if k.startswith("VLLM_") or k == "PYTHONPATH"]
+    return _digest(
+        {
+            "python": os.path.realpath(install.python),
+            "vllm": [install.distribution, install.version, package_dir],
+            "stamp": _install_stamp(package_dir),
+            "env": sorted(env),
+            "modules": list(PARSER_MODULES),
+            "check": _CHECK,
+        }
+    )
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _read_kept(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # none kept, or torn: parsed again
+
+
+def _keep(path: Path, value: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        tmp.replace(path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next check its import
 
 
 def _run_check(python: str, argvs: list[list[str]], timeout_s: float) -> dict:

@@ -2,7 +2,9 @@
 
 vLLM's CPU build serves from three processes: the API server (HTTP, detokenizing, streaming),
 the engine core (scheduling; it spins, yielding, while it waits for the worker) and the model
-worker, which computes nonstop. On a machine with two or so cores, left to the OS the API server
+worker, which computes nonstop; two where the pair runs the worker inside the engine core
+(``--distributed-executor-backend uni`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as the
+embedded tiny pairs do). On a machine with two or so cores, left to the OS the API server
 often shares a core with one of the other two and falls behind, then writes whole streams at
 once (stream_burst_frac). Pinned, the engine core and the worker share their CPUs and the API
 server and avbench's load driver have the rest.

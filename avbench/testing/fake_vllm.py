@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from avbench.run.runner import SweepOptions
 
 GPUS_LINE = "fake vLLM: CUDA_VISIBLE_DEVICES="
+# Set in each stand-in's environment to its interpreter's path: whose stand-in it is.
+INTERPRETER_ENV = "FAKE_VLLM_INTERPRETER"
 
 
 def interpreter(directory: Path, cfg: ServerConfig | None = None) -> Path:
@@ -48,6 +50,7 @@ def interpreter(directory: Path, cfg: ServerConfig | None = None) -> Path:
         "#!/bin/sh\n"
         f"export PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         f"export FAKE_VLLM_CONFIG={shlex.quote(config)}\n"
+        f"export {INTERPRETER_ENV}={shlex.quote(str(path))}\n"
         'if [ "$1" = -m ]; then shift; set -- --module "$@"; fi\n'
         f'exec {shlex.quote(sys.executable)} -m avbench.testing.fake_vllm "$@"\n'
     )
@@ -98,31 +101,35 @@ def sweep_options(
     )
 
 
-def server_pid(k: int) -> int | None:
-    """The pid of the stand-in serving static-k<k>, while one runs."""
+def server_pid(interpreter: str, k: int) -> int | None:
+    """The pid of the stand-in serving static-k<k> from ``interpreter`` (``interpreter()``'s
+    path), while one runs: not another test's, as pytest-xdist runs tests side by side."""
+    mine = f"{INTERPRETER_ENV}={interpreter}".encode()
+    spec = f'"num_speculative_tokens": {k}'.encode()
     for pid in (int(n) for n in os.listdir("/proc") if n.isdigit()):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"avbench.testing.fake_vllm" not in argv or not any(spec in a for a in argv):
+                continue
+            if mine in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return pid
         except OSError:
             continue
-        spec = f'"num_speculative_tokens": {k}'.encode()
-        if b"avbench.testing.fake_vllm" in argv and any(spec in a for a in argv):
-            return pid
     return None
 
 
 def kill_launcher_mid_arm(
-    run_dir: Path, k: int, running: Callable[[], bool], timeout_s: float = 240
+    run_dir: Path, interpreter: str, k: int, running: Callable[[], bool], timeout_s: float = 240
 ) -> int | None:
-    """Once static-k<k> has stored a cell and its server runs, SIGKILL the process that
-    launched that server (the arm's own process, or the Ray worker running its task): a
-    session lost mid-arm. Returns the killed pid; None if the arm never got there while
-    ``running()``."""
+    """Once static-k<k> has stored a cell and its server (from ``interpreter``) runs, SIGKILL
+    the process that launched that server (the arm's own process, or the Ray worker running its
+    task): a session lost mid-arm. Returns the killed pid; None if the arm never got there
+    while ``running()``."""
     cells = run_dir / "cells.jsonl"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and running():
         time.sleep(0.1)
-        server = server_pid(k)
+        server = server_pid(interpreter, k)
         stored = cells.read_text() if cells.exists() else ""
         stat = proc_stat(server) if server is not None else None
         if stat is not None and f'"arm": "static-k{k}"' in stored:

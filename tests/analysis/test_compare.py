@@ -301,6 +301,7 @@ def cli(*args):
     )
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_markdown(tmp_path):
     base = write_run(tmp_path, "base", [100, 102])
     same = write_run(tmp_path, "same", [101, 99])

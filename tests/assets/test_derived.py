@@ -95,6 +95,7 @@ def _rms(w) -> float:
     return float(w.double().pow(2).mean().sqrt())
 
 
+@pytest.mark.slow
 def test_derivation_is_deterministic_on_any_instruction_set(wide: Path, tmp_path: Path):
     """A second derivation, in another process on torch's plain (non-AVX) CPU kernels, writes
     the same bytes: the hash recorded on one machine holds on another with this torch."""

@@ -130,6 +130,7 @@ def test_drafter_agrees_often_but_not_always(pair):
     assert 0.2 <= rate <= 0.95, f"agreement {rate:.3f} over {total} tokens"
 
 
+@pytest.mark.slow
 def test_drafter_confidence_ranks_its_own_acceptance(pair):
     """The shipped drafter is informative at temperature 1 / top-p 0.95: its logit(q_max)
     ranks which drafts the target accepts (AUC well above chance), with acceptance neither

@@ -183,6 +183,7 @@ def test_resume_with_a_broken_manifest(tmp_path, content, says):
     assert res.returncode == 2 and says in one_line_error(res)
 
 
+@pytest.mark.slow
 def test_torn_cells_jsonl_then_resume_measures_it_once(tmp_path, fake_server):
     res = avbench(*attach(fake_server.base_url, tmp_path, "--run-id", "r"))
     assert res.returncode == 0, res.stderr
@@ -202,6 +203,7 @@ def test_torn_cells_jsonl_then_resume_measures_it_once(tmp_path, fake_server):
     assert json.loads((run / "manifest.json").read_text())["status"] == "finished"
 
 
+@pytest.mark.slow
 def test_disk_full_mid_run_is_one_line_and_resume_completes(tmp_path, small_fs):
     fs = small_fs(1024)
     cfg = ServerConfig(model="tiny-target", output_tokens=30, inter_chunk_delay_s=0.05)
@@ -234,6 +236,7 @@ def test_disk_full_mid_run_is_one_line_and_resume_completes(tmp_path, small_fs):
     assert json.loads((fs / "r" / "manifest.json").read_text())["status"] == "finished"
 
 
+@pytest.mark.slow
 def test_report_on_a_read_only_run_dir(tmp_path, small_fs, fake_server):
     fs = small_fs(2048)
     res = avbench(*attach(fake_server.base_url, fs, "--run-id", "r"))
@@ -301,6 +304,7 @@ def test_full_disk_at_run_creation_leaves_no_run_to_resume(small_fs, fake_server
     assert not (fs / "results" / "r").exists()
 
 
+@pytest.mark.slow
 def test_unsupported_arm_is_exit_0_unless_strict(tmp_path):
     from avbench.serving.server import probe_vllm
 
@@ -384,6 +388,7 @@ def test_suite_sweeps_that_cannot_be_planned(suites_copy, line, says):
     assert res.returncode == 2 and says in one_line_error(res)
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_the_run_directory_to_resume(tmp_path):
     cfg = ServerConfig(model="tiny-target", output_tokens=40, inter_chunk_delay_s=0.05)
     with serve_in_thread(cfg) as srv:

@@ -81,6 +81,7 @@ def fake_vllm_python(tmp_path: Path) -> str:
     return str(script)
 
 
+@pytest.mark.slow
 def test_server_never_ready_fails_each_arm_and_goes_on(tmp_path):
     key = "sk-test-never-ready-7f3a"
     res = avbench(

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from avbench.testing.cli import run_cli
 from avbench.testing.fake_server import ServerConfig, serve_in_thread
 
@@ -25,6 +27,7 @@ print(json.dumps({"exit": code, "ray": sorted(m for m in sys.modules if m.split(
 """
 
 
+@pytest.mark.slow
 def test_a_sweep_without_ray_imports_no_ray_module(tmp_path):
     with serve_in_thread(ServerConfig(model="tiny-target", output_tokens=6)) as srv:
         got = subprocess.run(

@@ -152,6 +152,7 @@ def _tiny_pair():
 
 
 @pytest.mark.skipif(_tiny_pair() is None, reason="shipped tiny pair not present")
+@pytest.mark.slow
 def test_shipped_tiny_pair_follows_target(torch_one_thread):
     from avbench.estimator.trace import check_pair
 

@@ -58,6 +58,7 @@ def _explain_cli(store: RunStore, *extra: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_margin_at_the_first_differing_position(tmp_path):
     store, base, arm, expected = _flip(tmp_path)
     ids = base.output_token_ids
@@ -82,6 +83,7 @@ def test_margin_at_the_first_differing_position(tmp_path):
     assert (store.root / "near_ties.json").is_file()  # for the report's quality section
 
 
+@pytest.mark.slow
 def test_nothing_compared_is_said_and_a_later_baseline_is_compared(tmp_path):
     """A static cell stored while its baseline arm had failed (identity columns empty, as the
     runner stores them); --resume measures the baseline afterwards."""

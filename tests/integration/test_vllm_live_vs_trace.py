@@ -42,7 +42,7 @@ def test_live_t1_acceptance_matches_the_offline_trace(
     res = avbench(
         "sweep", "--pair", pair, "--sweep", "live-t1", "--workloads", "gsm8k-tiny",
         "--requests", str(requests), "--max-tokens", str(max_tokens), "--results", str(tmp_path),
-        "--run-id", "live",
+        "--run-id", "live", "--no-report",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "live"

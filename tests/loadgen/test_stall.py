@@ -13,6 +13,8 @@ import random
 import signal
 import time
 
+import pytest
+
 from avbench.inputs.request import EndpointConfig, SamplingParams, Timeouts
 from avbench.loadgen.client import DriveHooks, Load, run_drive
 from avbench.loadgen.transport import _Conn
@@ -106,6 +108,7 @@ class _FreezeAfter:
             os.killpg(self.srv.proc.pid, signal.SIGSTOP)
 
 
+@pytest.mark.slow
 def test_a_frozen_server_stops_the_drive_as_stalled_within_the_stall_timeout():
     cfg = ServerConfig(tokens_per_chunk=1, inter_chunk_delay_s=0.05)
     with serve_in_subprocess(cfg) as srv:
@@ -153,6 +156,7 @@ def test_the_cell_deadline_bounds_a_drive_that_keeps_streaming():
     assert took < 0.8 + SLACK_S, took
 
 
+@pytest.mark.slow
 def test_open_loop_stops_sending_after_a_stall():
     with serve_in_subprocess(ServerConfig(tokens_per_chunk=4)) as srv:
         freeze = _FreezeAfter(srv, 2)

@@ -109,6 +109,7 @@ def test_stalled_stream_hits_the_read_timeout_and_frees_its_slot():
     assert last.ok and res.errors == {"timeout": 1} and res.ok == 2
 
 
+@pytest.mark.slow
 def test_reset_mid_stream_is_a_cut_stream_and_frees_its_slot():
     """A TCP reset after part of the stream. Under uvloop a reset that lands together with
     unread data is not reported to the reader (libuv drops a poll handle on POLLERR), so this

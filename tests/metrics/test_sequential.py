@@ -146,6 +146,7 @@ RHO, C, MU, SN, M, ST, A = 0.9, 8, 200.0, 0.3, 0.02, 0.1, 0.6
 TRIALS, TARGET = 400, 0.03
 
 
+@pytest.mark.slow
 def test_intervals_at_stopping_cover_the_truth_at_95_percent_without_bias():
     """400 sequential runs to a ±3% target: each interval at stopping covers the true value at
     95 ± 3%, and the estimate at stopping is off by less than a tenth of the target (0.3%) on

@@ -123,6 +123,7 @@ def test_with_draft_fraction_01_every_verify_step_is_kept_and_its_coverage_said(
     assert row["av_confidences"] == "estimator"
 
 
+@pytest.mark.slow
 def test_the_cli_prints_coverage_and_the_differences_from_vllms_own_av(tmp_path):
     store = _run(tmp_path)
     out = subprocess.run(
@@ -137,6 +138,7 @@ def test_the_cli_prints_coverage_and_the_differences_from_vllms_own_av(tmp_path)
     assert "no CUDA-graph capture limit" in out.stdout and "no logits cap" in out.stdout
 
 
+@pytest.mark.slow
 def test_an_av_prediction_from_no_captured_confidences_is_refused_in_one_line(tmp_path):
     """Item 2: the drafts capture recorded nothing (V2 switches it off under greedy drafting):
     AV is not predicted from the server's lists alone; asked for alone, exit 2, one line."""

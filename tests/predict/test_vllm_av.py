@@ -124,6 +124,7 @@ print(json.dumps({"version": version("vllm"), "out": out}))
 """
 
 
+@pytest.mark.slow
 def test_transcriptions_equal_the_gpu_builds_source(vllm_src):
     """The same checks against vLLM 0.33.0's own source, imported on CPU."""
     from avbench.testing.vllm_source import rehearsal_env

@@ -54,6 +54,7 @@ def test_the_messages_are_in_033s_source(vllm_src, path, text):
     assert text in (vllm_src / "vllm" / path).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_033s_own_lines_parse(vllm_src):
     res = subprocess.run(
         [sys.executable, "-c", _FORMAT],

@@ -18,6 +18,9 @@ from avbench.testing.vllm_source import rehearsal_env
 
 pytest.importorskip("triton")
 
+# vLLM 0.33 imported and stepped in a subprocess (about 11 s), shared by the module.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).with_name("v2_step_033.py")
 
 

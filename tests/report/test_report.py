@@ -101,6 +101,7 @@ def test_two_runs_place_the_dyn_arm_and_check_its_schedule(tmp_path, run_factory
     assert "fig-pareto-tiny-gsm8k" in files.html.read_text()
 
 
+@pytest.mark.slow
 def test_cli_report_and_recommend(run_dir):
     cli = [sys.executable, "-m", "avbench.cli"]
     res = subprocess.run([*cli, "report", str(run_dir), "--no-figures"], capture_output=True,

@@ -45,6 +45,7 @@ def _chromium(browser: str, profile, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_every_figure_renders_without_js_errors(run_dir, browser, tmp_path):
     files = write_report([run_dir])
     html = files.html.read_text()

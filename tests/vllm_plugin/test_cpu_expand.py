@@ -57,6 +57,7 @@ def test_the_installed_build_is_judged_by_what_its_override_writes():
     assert not build_is_broken(exact_expand)
 
 
+@pytest.mark.slow
 def test_install_routes_the_rejection_sampler_through_the_fix():
     """In a fresh interpreter, as in a server process: the platform registers its overrides
     after the plugin (the worker's order) and vLLM's expansion then writes temperatures."""
@@ -95,6 +96,7 @@ def test_install_is_inert_off_the_cpu_build_and_the_log_says_so(monkeypatch):
     assert vllm_cpu._expand_kernel_impl is before
 
 
+@pytest.mark.slow
 def test_a_probe_that_kills_the_process_has_said_so_in_the_log_first():
     """Native code avbench runs inside a server at start-up (this fix's probe: vllm._C and the
     build's expand override) logs what it is about to do first, so a process it crashes is

@@ -44,6 +44,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_logit_qmax_is_vllms_kernel_bit_for_bit():
     """Both of the plugin's paths give the real kernel's float32 feature exactly, saturated
     rows (f = 40) and the rows between f = 10 and 16 where float32 rounding shows included,

@@ -266,6 +266,7 @@ def test_check_script_without_a_gpu_says_so(tmp_path):
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_kernels_load_from_a_copy_of_the_listed_source_files(tmp_path):
     _need_kernels()
     from avbench.testing.vllm_kernels import NEWER_FILES, SOURCE_FILES

@@ -17,7 +17,7 @@ import pytest
 
 from avbench.checks.preflight import Target, preflight
 from avbench.inputs.suite import load_suite
-from avbench.plan.cells import arms_for
+from avbench.plan.cells import Arm, arms_for
 from avbench.serving.server import find_free_port, probe_vllm
 
 pytestmark = [
@@ -179,3 +179,55 @@ def test_resume_checks_the_stored_command_lines_first(tmp_path):
     assert "pair tiny-cpu, arm static-k3: unknown vLLM flag --max-num-seqz" in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("error: pre-flight: 3 problem(s)")
     assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_the_parsers_answer_is_kept_for_the_same_lines_and_only_for_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("AVBENCH_CACHE", str(tmp_path))
+    suite = load_suite()
+    pair, sweep = suite.pair("tiny-cpu"), suite.sweep("nightly-cpu")
+    ts = [Target(pair, a, None, sweep) for a in arms_for(pair, sweep)]
+    first = preflight(ts, sys.executable)
+    assert first.ok and len(list((tmp_path / "preflight").glob("*/*.json"))) == len(ts) + 1
+
+    from avbench.checks import preflight as module
+
+    runs: list[list[list[str]]] = []
+    real = module._run_check
+
+    def counted(python, argvs, timeout_s):
+        runs.append(argvs)
+        return real(python, argvs, timeout_s)
+
+    monkeypatch.setattr(module, "_run_check", counted)
+    again = preflight(ts, sys.executable)
+    assert runs == [] and again.verdicts() == first.verdicts() and again.parser == first.parser
+    # Each command line is kept on its own: a check of fewer lines is answered from the cache,
+    # one with a new line parses that line alone.
+    preflight(ts[:1], sys.executable)
+    assert runs == []
+    other = Target(pair, Arm("static", 1), None, sweep)
+    assert preflight([*ts, other], sys.executable).ok
+    assert runs == [[module._server_argv(other, sys.executable)]]
+    # Under another VLLM_* setting every line is parsed anew.
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
+    preflight(ts, sys.executable)
+    assert len(runs) == 2 and len(runs[1]) == len(ts)
+
+
+def test_the_install_stamp_moves_with_an_edit_an_added_file_and_a_reinstall(tmp_path):
+    from avbench.checks.preflight import _install_stamp
+
+    pkg = tmp_path / "vllm"
+    (pkg / "config").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "config" / "speculative.py").write_text("class SpeculativeConfig: ...\n")
+    stamps = [_install_stamp(str(pkg))]
+    (pkg / "config" / "speculative.py").write_text("class SpeculativeConfig: x: int\n")
+    stamps.append(_install_stamp(str(pkg)))  # an edit: another size
+    (pkg / "config" / "new.py").write_text("")
+    stamps.append(_install_stamp(str(pkg)))  # a file more
+    os.utime(pkg / "__init__.py", ns=(0, 2**62))
+    stamps.append(_install_stamp(str(pkg)))  # rewritten in place, same size: a newer change
+    (pkg / "notes.txt").write_text("not Python")
+    stamps.append(_install_stamp(str(pkg)))
+    assert len({tuple(s) for s in stamps[:4]}) == 4 and stamps[4] == stamps[3]

@@ -4,6 +4,7 @@ import json
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from avbench.estimator.drafts import read_drafts
@@ -29,6 +30,7 @@ def _capture_some(directory, rid, step, labels_accepted):
     w.close()
 
 
+@pytest.mark.slow
 def test_file_cell_writes_the_cells_drafts_and_refits(tmp_path):
     store = RunStore.create(tmp_path, "run", {"run_id": "run"})
     cap = tmp_path / "cap"
@@ -55,6 +57,7 @@ def test_file_cell_writes_the_cells_drafts_and_refits(tmp_path):
     assert "end:   slope 0.6000" in text
 
 
+@pytest.mark.slow
 def test_no_coefficients_where_no_estimator_ran(tmp_path):
     """A static arm has no estimator, whatever lines its directory holds; an AV arm has one
     only when the plugin saw it step (a DSpark confidence head decides without one); an AV arm

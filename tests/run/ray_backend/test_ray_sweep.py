@@ -51,6 +51,7 @@ def _headings(md: str) -> list[str]:
     return [line for line in md.splitlines() if line.startswith("#")]
 
 
+@pytest.mark.slow
 def test_a_ray_sweep_has_the_sequential_runs_cells_layout_and_report(tmp_path, cluster):
     fake = str(interpreter(tmp_path, ServerConfig(output_tokens=12, inter_chunk_delay_s=0.01)))
     ray_run = start_sweep(sweep_options(tmp_path, fake, "ray"), backend=cluster)
@@ -74,13 +75,14 @@ def test_a_ray_sweep_has_the_sequential_runs_cells_layout_and_report(tmp_path, c
         assert cell in md_ray
 
 
+@pytest.mark.slow
 def test_a_task_worker_killed_mid_arm_is_re_run_from_what_was_stored(tmp_path, cluster):
     fake = str(interpreter(tmp_path, ServerConfig(output_tokens=12, inter_chunk_delay_s=0.03)))
     opts = sweep_options(tmp_path, fake, "kill", (1, 2, 3, 4))
     box: dict = {}
     sweep = threading.Thread(target=lambda: box.update(out=start_sweep(opts, backend=cluster)))
     sweep.start()
-    killed = kill_launcher_mid_arm(tmp_path / "kill", 3, sweep.is_alive)  # the Ray worker
+    killed = kill_launcher_mid_arm(tmp_path / "kill", fake, 3, sweep.is_alive)  # the Ray worker
     sweep.join(300)
     assert killed is not None, "static-k3 never got past its first cell"
     out = box["out"]
@@ -88,7 +90,7 @@ def test_a_task_worker_killed_mid_arm_is_re_run_from_what_was_stored(tmp_path, c
     ids = [json.loads(line)["cell_id"] for line in lines if line.strip()]
     assert len(ids) == len(set(ids)) == 12  # every cell once: none lost, none twice
     assert not out.failed
-    assert server_pid(3) is None  # the killed worker's server went with it
+    assert server_pid(fake, 3) is None  # the killed worker's server went with it
     m = out.store.read_manifest()
     assert isinstance(m, SweepManifest)
     k3 = [p for p in m.placements if p.arm == "static-k3"]

@@ -11,6 +11,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from avbench.inputs.request import Timeouts
 from avbench.inputs.suite import load_suite
 from avbench.plan.cells import Arm
@@ -44,6 +46,7 @@ def _opts(tmp_path, url, concurrencies, requests, timeouts) -> SweepOptions:
     )
 
 
+@pytest.mark.slow
 def test_a_frozen_server_fails_the_cell_and_the_arms_other_cells_then_resume_measures(tmp_path):
     cfg = ServerConfig(model="tiny-target", output_tokens=40, inter_chunk_delay_s=0.05)
     with serve_in_subprocess(cfg) as srv:

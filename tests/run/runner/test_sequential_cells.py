@@ -32,10 +32,12 @@ def _cell(endpoint: str, results: Path, run_id: str, *options: str) -> tuple[dic
 
 def test_a_sequential_cell_stops_at_its_target_with_the_reason_recorded(fake_server, tmp_path):
     row, store = _cell(
-        fake_server, tmp_path, "seq", "--target-half-width", "0.05", "--cell-max-requests",
+        fake_server, tmp_path, "seq", "--target-half-width", "0.1", "--cell-max-requests",
         "3000", "--cell-max-time", "120",
     )  # fmt: skip
-    assert row["stop_reason"] == "target_reached" and row["target_half_width"] == 0.05
+    # (A 5% target took over 3000 requests once, the fake server's timings noisier on a machine
+    # busy with other tests; 10% needs about a quarter as many.)
+    assert row["stop_reason"] == "target_reached" and row["target_half_width"] == 0.1
     assert row["num_requests"] == 3000 > row["requests_sent"]
     records = store.read_records(row["cell_id"])
     measured = [r for r in records if not r.warmup]
@@ -47,7 +49,7 @@ def test_a_sequential_cell_stops_at_its_target_with_the_reason_recorded(fake_ser
     points = np.array(sorted((request_point(r) for r in measured), key=lambda p: p[1]))
     sent, finish, tokens, tpot = points[: row["requests_at_stop"]].T
     found = intervals(Stream(finish, tokens, tpot, finish - sent), (sent.min(), finish.max()))
-    assert all(iv.rel_half_width <= 0.05 for iv in found.values()), found
+    assert all(iv.rel_half_width <= 0.1 for iv in found.values()), found
     # The stored intervals are around the row's own numbers, over the whole window.
     for name in ("output_tok_s", "tpot_ms_median"):
         low, high = row[f"{name}_ci_low"], row[f"{name}_ci_high"]

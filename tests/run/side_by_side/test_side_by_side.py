@@ -50,6 +50,7 @@ def _manifest(out) -> SweepManifest:
     return m
 
 
+@pytest.mark.slow
 def test_three_arms_on_four_gpus_run_at_once_each_on_its_own_gpu(wide):
     out = wide
     assert not out.failed and len(out.finished) == 6
@@ -71,6 +72,7 @@ def test_three_arms_on_four_gpus_run_at_once_each_on_its_own_gpu(wide):
     assert m.status == "finished" and m.counts is not None and m.counts.measured == 6
 
 
+@pytest.mark.slow
 def test_one_gpu_is_the_sequential_sweep_with_the_same_cells_and_no_co_tenant(
     tmp_path, vllm_python, wide
 ):
@@ -84,6 +86,7 @@ def test_one_gpu_is_the_sequential_sweep_with_the_same_cells_and_no_co_tenant(
     assert gpus_given(one.store.arm_dir("static-k1") / "server.log") == "2"
 
 
+@pytest.mark.slow
 def test_an_isolated_arm_runs_alone(tmp_path, vllm_python):
     gpus = GpuSet.parse("0-3")
     out = start_sweep(sweep_options(tmp_path, vllm_python, "iso", gpus=gpus, isolate=["static-k3"]))
@@ -97,6 +100,7 @@ def test_an_isolated_arm_runs_alone(tmp_path, vllm_python):
     assert co["baseline__gsm8k-tiny__c2__rep0"] == ["static-k1"]
 
 
+@pytest.mark.slow
 def test_compare_checks_the_co_tenant_cells_against_their_isolated_repeat(
     tmp_path, vllm_python, wide
 ):
@@ -110,6 +114,7 @@ def test_compare_checks_the_co_tenant_cells_against_their_isolated_repeat(
     assert "## Co-tenant cells" in md and "| wide | baseline__gsm8k-tiny__c1__rep0 |" in md
 
 
+@pytest.mark.slow
 def test_an_arm_process_killed_mid_arm_loses_nothing_stored_and_resume_finishes_it(tmp_path):
     cfg = ServerConfig(tokens_per_chunk=2, output_tokens=12, inter_chunk_delay_s=0.03)
     fake = str(interpreter(tmp_path, cfg))
@@ -118,7 +123,7 @@ def test_an_arm_process_killed_mid_arm_loses_nothing_stored_and_resume_finishes_
     box: dict = {}
     sweep = threading.Thread(target=lambda: box.update(out=start_sweep(opts)))
     sweep.start()
-    killed = kill_launcher_mid_arm(tmp_path / "kill", 3, sweep.is_alive)
+    killed = kill_launcher_mid_arm(tmp_path / "kill", fake, 3, sweep.is_alive)
     sweep.join(300)
     assert killed is not None, "static-k3 never got past its first cell"
     out = box["out"]
@@ -129,9 +134,9 @@ def test_an_arm_process_killed_mid_arm_loses_nothing_stored_and_resume_finishes_
     assert not lost & set(stored) and len(stored) + len(lost) == 12  # each cell one or other
     assert len([c for c in stored if c.startswith("static-k3")]) >= 1  # kept what it stored
     deadline = time.monotonic() + 30  # its watchdog takes the server with it
-    while server_pid(3) is not None and time.monotonic() < deadline:
+    while server_pid(fake, 3) is not None and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert server_pid(3) is None
+    assert server_pid(fake, 3) is None
     again = resume_sweep(out.store.root, {"vllm_python": fake, "port": find_free_port()})
     assert {r["cell_id"] for r in again.finished} == lost and again.skipped == 12 - len(lost)
     lines = (out.store.root / "cells.jsonl").read_text().splitlines()
@@ -164,17 +169,20 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+@pytest.mark.slow
 def test_avbench_killed_mid_wave_takes_every_arm_and_server_with_it(tmp_path):
     cfg = ServerConfig(tokens_per_chunk=2, output_tokens=12, inter_chunk_delay_s=0.03)
     fake = str(interpreter(tmp_path, cfg))
     sweep = subprocess.Popen([sys.executable, "-c", _SWEEP, str(tmp_path), fake])
     cells = tmp_path / "orphans" / "cells.jsonl"
     deadline = time.monotonic() + 240
-    while not (cells.exists() and cells.read_text() and server_pid(1) and server_pid(3)):
+    while not (
+        cells.exists() and cells.read_text() and server_pid(fake, 1) and server_pid(fake, 3)
+    ):
         assert sweep.poll() is None and time.monotonic() < deadline, "no wave got going"
         time.sleep(0.1)
     below = _descendants(sweep.pid)  # the arms' processes and their servers
-    assert {server_pid(1), server_pid(3)} <= below
+    assert {server_pid(fake, 1), server_pid(fake, 3)} <= below
     sweep.kill()
     sweep.wait()
     deadline = time.monotonic() + 30

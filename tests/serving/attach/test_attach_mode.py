@@ -38,6 +38,7 @@ SYNTHETIC = (
 )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_synthetic_attach_sweep_without_suite_file(tmp_path):
     with serve_in_thread(ServerConfig(model="served-x", keep_bodies=True)) as srv:
         res = avbench(

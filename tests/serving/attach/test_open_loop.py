@@ -35,6 +35,7 @@ def _loads_drawn(html: Path) -> set[str]:
     }
 
 
+@pytest.mark.slow
 def test_rates_run_reports_alone_beside_a_concurrency_run_and_merged(fake_server, tmp_path):
     results = tmp_path / "results"
     res = _sweep(fake_server, results, "open", "--rates", "20,40")

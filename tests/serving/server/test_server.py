@@ -104,6 +104,7 @@ def _proc(tmp_path, code: str, timeout: float) -> ServerProcess:
     )
 
 
+@pytest.mark.slow
 def test_never_ready_times_out_and_leaves_no_process(tmp_path):
     # Stand-in for a vLLM that hangs during start-up, with a child like vLLM's EngineCore.
     code = (
@@ -264,6 +265,7 @@ def test_the_server_gets_only_its_own_environment(tmp_path, monkeypatch, tiny):
     assert seen["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the pair's env
 
 
+@pytest.mark.slow
 def test_a_sigstopped_server_is_stopped_without_waiting_for_the_grace(tmp_path):
     import signal
 

