@@ -186,14 +186,15 @@ def pytest_collection_modifyitems(items):
     ))  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def quiet_machine():
-    """Waits, under `make test`, until the tests run beside the `vllm` ones have ended: they
-    hold an exclusive lock on the file named by AVBENCH_TESTS_BESIDE until they exit. Beside
-    them a cell of the tiny pair served up to a third fewer tokens a second (2 cores,
-    2026-12-06), far more than priorities explain: their process starts and imports."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A `quiet` test waits, before any of its fixtures, under `make test`, until the tests run
+    beside the `vllm` ones have ended: they hold an exclusive lock on the file named by
+    AVBENCH_TESTS_BESIDE until they exit. Beside them a cell of the tiny pair served up to a
+    third fewer tokens a second (2 cores, 2026-12-06), far more than priorities explain: their
+    process starts and imports."""
     path = os.environ.get("AVBENCH_TESTS_BESIDE")
-    if path:
+    if path and item.get_closest_marker("quiet"):
         with open(path) as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
 

@@ -47,7 +47,7 @@ def avbench(*args, timeout=1800) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def nightly(quiet_machine, tmp_path_factory):
+def nightly(tmp_path_factory):
     """`make nightly PAIR=tiny-cpu`; `-o` keeps make from reinstalling the environment."""
     results = tmp_path_factory.mktemp("nightly") / "results"
     res = subprocess.run(
