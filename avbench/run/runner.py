@@ -59,6 +59,7 @@ from avbench.serving.server import (
     redact,
     require_free_port,
     require_vllm,
+    wave_ports,
 )
 from avbench.store.artefacts import (
     SCHEMA_VERSION,
@@ -432,9 +433,10 @@ def _execute(
                 todo.append((session, left))
         cells_of = {(s.arm, s.repeat): cells for s, cells in todo}
         for wave in plan_waves([s for s, _ in todo], backend.inventory()):
+            ports = wave_ports(opts.port, len(wave.placements), opts.host)
             jobs = [
                 SessionJob(
-                    opts=replace(opts, port=opts.port + slot),
+                    opts=replace(opts, port=ports[slot]),
                     root=store.root,
                     plan=plan,
                     arm=p.session.arm,

@@ -361,6 +361,20 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def wave_ports(first: int, count: int, host: str = "127.0.0.1") -> list[int]:
+    """``first``, then the next ``count - 1`` ports above it that are free now, one per arm of a
+    side-by-side wave: a port taken in between (another server, or an outgoing connection's own
+    port) is passed over rather than failing its arm."""
+    ports, port = [first], first
+    while len(ports) < count:
+        port += 1
+        if port > 65535:
+            raise ServerError(f"--port {first}: no {count} free ports from it up to 65535")
+        if port_is_free(port, host):
+            ports.append(port)
+    return ports
+
+
 def port_holder(port: int) -> tuple[int, str] | None:
     """(pid, command line) of the process listening on a TCP port, read from /proc (Linux)."""
     inodes = set()

@@ -1,6 +1,7 @@
 """Server-arm lifecycle. The stand-in servers here are plain Python processes that imitate
 vLLM's failure modes (hangs during start-up, dies early); the real vLLM is in tests/integration."""
 
+import contextlib
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ from avbench.serving.server import (
     probe_vllm,
     require_free_port,
     require_vllm,
+    wave_ports,
 )
 
 
@@ -88,6 +90,24 @@ def test_busy_port_is_refused():
         port = s.getsockname()[1]
         with pytest.raises(ServerError, match=f"port {port} .* already in use"):
             require_free_port(port)
+
+
+def test_side_by_side_arms_pass_over_a_port_taken_above_the_first():
+    from avbench.serving.server import find_free_port
+
+    first = find_free_port()
+    with socket.socket() as held:
+        with contextlib.suppress(OSError):  # already taken by someone else: the same case
+            held.bind(("127.0.0.1", first + 1))
+            held.listen()
+        ports = wave_ports(first, 3)
+    assert ports[0] == first and first + 1 not in ports
+    assert len(set(ports)) == 3 and ports == sorted(ports)
+
+
+def test_no_free_ports_left_above_the_first_is_one_line():
+    with pytest.raises(ServerError, match="--port 65535: no 2 free ports"):
+        wave_ports(65535, 2)
 
 
 def _proc(tmp_path, code: str, timeout: float) -> ServerProcess:
