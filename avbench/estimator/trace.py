@@ -145,20 +145,26 @@ def _crop_to(cache, length: int) -> None:
     cache.crop(-(cur - length))
 
 
-def _forward(model, ids, cache, keep: int = 1):
-    """Run the model on the tokens the cache does not hold yet; returns the logits of the
-    last ``keep`` positions (the prompt's logits are never needed) and the cache."""
+def _run(model, new_ids, cache, keep: int = 1):
+    """Run the model on ``new_ids`` after what ``cache`` holds; returns the logits of the last
+    ``keep`` positions and the cache."""
     import torch
+
+    with torch.inference_mode():
+        out = model(
+            input_ids=new_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep
+        )
+    return out.logits[:, -keep:], out.past_key_values
+
+
+def _forward(model, ids, cache, keep: int = 1):
+    """Run the model on the tokens of ``ids`` the cache does not hold yet (the prompt's logits
+    are never needed)."""
     from transformers import DynamicCache
 
     if cache is None:
         cache = DynamicCache()
-    n = cache.get_seq_length()
-    with torch.inference_mode():
-        out = model(
-            input_ids=ids[:, n:], past_key_values=cache, use_cache=True, logits_to_keep=keep
-        )
-    return out.logits[:, -keep:], out.past_key_values
+    return _run(model, ids[:, cache.get_seq_length() :], cache, keep)
 
 
 def prefix_caches(target, drafter, ids, rows: int) -> tuple:
@@ -197,57 +203,75 @@ def spec_step(
     k = cfg.num_draft
     t_cache, d_cache = caches if caches is not None else (None, None)
     logits, d_cache = _forward(drafter, ids, d_cache)
-    last = logits[:, -1]
-    drafts, qdist, feats, cur = [], [], [], ids
-    for i in range(k):
-        feats.append(draft_features(last, cfg.temperature))
-        q = draft_probs(last, cfg)
+    drafts, q_all, feats = draw_drafts(
+        logits[:, -1], lambda d: _run(drafter, d, d_cache)[0][:, -1], cfg, gen
+    )
+    t_logits, t_cache = _forward(target, torch.cat([ids, drafts], dim=1), t_cache, keep=k + 1)
+    res = verify_drafts(drafts, q_all, feats, t_logits, cfg, gen)
+    if ids.shape[0] == 1:
+        base = ids.shape[1]
+        a = int(res.n_accepted[0])
+        _crop_to(t_cache, base + a)
+        _crop_to(d_cache, base + min(a, k - 1))
+    return res, (t_cache, d_cache)
+
+
+def draw_drafts(
+    logits, next_logits: Callable[[Tensor], Tensor], cfg: TraceConfig, gen
+) -> tuple[Tensor, Tensor, list[dict[str, Tensor]]]:
+    """K drafts per row sampled from the drafter's q: ``logits`` (B, V) give the first,
+    ``next_logits(d)`` the drafter's logits after drafts ``d`` (B, 1). Returns the drafts
+    (B, K), their q (B, K, V) and each position's features."""
+    import torch
+
+    drafts, qdist, feats = [], [], []
+    for i in range(cfg.num_draft):
+        feats.append(draft_features(logits, cfg.temperature))
+        q = draft_probs(logits, cfg)
         d = torch.multinomial(q, 1, generator=gen)
         drafts.append(d)
         qdist.append(q)
-        if i < k - 1:
-            cur = torch.cat([cur, d], dim=1)
-            logits, d_cache = _forward(drafter, cur, d_cache)
-            last = logits[:, -1]
-    dr = torch.cat(drafts, dim=1)  # (B, K)
-    q_all = torch.stack(qdist, dim=1)  # (B, K, V)
-    t_logits, t_cache = _forward(target, torch.cat([ids, dr], dim=1), t_cache, keep=k + 1)
+        if i < cfg.num_draft - 1:
+            logits = next_logits(d)
+    return torch.cat(drafts, dim=1), torch.stack(qdist, dim=1), feats
+
+
+def verify_drafts(
+    drafts, q_all, feats: list[dict[str, Tensor]], t_logits, cfg: TraceConfig, gen
+) -> StepResult:
+    """Rejection sampling of ``drafts`` (B, K) drawn from ``q_all`` (B, K, V) against the
+    target's logits ``t_logits`` (B, K+1, V) at the drafts' positions and the bonus one."""
+    import torch
+
+    k = cfg.num_draft
     p_all = sampling_probs(t_logits, cfg.temperature, cfg.top_p)  # (B, K+1, V)
     # q's vocabulary may be padded differently from p's; compare on the shared prefix.
     v = min(p_all.shape[-1], q_all.shape[-1])
     p_all, q_all = p_all[..., :v], q_all[..., :v]
-    p_d = p_all[:, :k].gather(-1, dr[..., None])[..., 0]
-    q_d = q_all.gather(-1, dr[..., None])[..., 0]
+    p_d = p_all[:, :k].gather(-1, drafts[..., None])[..., 0]
+    q_d = q_all.gather(-1, drafts[..., None])[..., 0]
     u = torch.rand(p_d.shape, generator=gen, dtype=p_d.dtype, device=p_d.device)
     ok = u * q_d < p_d  # u < min(1, p/q) without dividing
     n_acc = ok.long().cumprod(dim=1).sum(dim=1)  # (B,)
     # Resample at the first rejection from norm(max(0, p - q)); after K acceptances the bonus
     # token comes from p_K, i.e. the same formula with q = 0.
     q_ext = torch.cat([q_all, torch.zeros_like(q_all[:, :1])], dim=1)
-    rows = torch.arange(dr.shape[0], device=dr.device)
+    rows = torch.arange(drafts.shape[0], device=drafts.device)
     resid = (p_all[rows, n_acc] - q_ext[rows, n_acc]).clamp_min(0.0)
     z = resid.sum(-1, keepdim=True)
     # p == q leaves no residual mass; the draft is then always accepted, but keep it sane.
     resid = torch.where(z > 0, resid / z.clamp_min(1e-30), p_all[rows, n_acc])
     final = torch.multinomial(resid, 1, generator=gen)[:, 0]
-    q_sampled = q_d.double()
-    expected = expected_acceptance(p_all[:, :k].double(), q_all.double())
-    res = StepResult(
-        dr,
+    return StepResult(
+        drafts,
         n_acc,
         final,
         torch.stack([x["q_max"] for x in feats], 1),
         torch.stack([x["f"] for x in feats], 1),
         torch.stack([x["entropy"] for x in feats], 1),
-        q_sampled,
-        expected,
+        q_d.double(),
+        expected_acceptance(p_all[:, :k].double(), q_all.double()),
     )
-    if ids.shape[0] == 1:
-        base = ids.shape[1]
-        a = int(n_acc[0])
-        _crop_to(t_cache, base + a)
-        _crop_to(d_cache, base + min(a, k - 1))
-    return res, (t_cache, d_cache)
 
 
 def emitted_tokens(res: StepResult, row: int) -> list[int]:
