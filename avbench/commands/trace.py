@@ -38,7 +38,7 @@ class TraceRequest(Request):
     top_p: Annotated[float, Opt(help="Top-p for drafter and target.")] = 0.95
     prompts: Annotated[int, Opt(help="Prompts per workload (file order).")] = 16
     max_new_tokens: Annotated[int, Opt(help="Tokens generated per prompt.")] = 64
-    concurrency: Annotated[int, Opt(help="Requests interleaved into one emulated engine step.")] = 4
+    concurrency: Annotated[int, Opt(help="Requests decoded as one batch (one engine step).")] = 4
     seed: Annotated[int, Opt()] = 0
     device: Annotated[str, Opt(help="torch device, e.g. cpu or cuda.")] = "cpu"
     dtype: Annotated[str, Opt(help="Model weight dtype (float32, bfloat16, auto).")] = "float32"

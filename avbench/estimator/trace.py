@@ -9,9 +9,12 @@ at the request temperature only, drafts are drawn from that q, and the target's 
 temperature and top-p (vLLM's top-k too; sweeps send none, so the trace has no top-k). With
 ``draft_top_p`` the drafter's distribution is cut by top-p too.
 
-Several requests are interleaved as an emulated batch (`concurrency`): drafts verified in the
-same round-robin pass share a step id, like drafts of one engine step in vLLM, which is what the
-estimator's rounds count.
+Up to `concurrency` requests are decoded as one batch: each step runs one batched drafter
+forward per draft position and one batched target forward, with KV caches kept across steps
+(`SpecBatch`). Rows have different lengths and accept different numbers of drafts, so a row's
+left padding and its rejected drafts stay in the cache as masked holes. Drafts verified in the
+same step share a step id, like drafts of one engine step in vLLM, which is what the
+estimator's rounds count. Finished requests leave the batch and queued ones join it.
 
 Features (q_max, f, entropy) come from the drafter's temperature-scaled distribution before
 top-p (docs/adaptive-verification.md); q_sampled is the drawn token's probability under the
@@ -23,8 +26,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,7 +57,7 @@ class TraceConfig:
     top_p: float = 1.0
     max_new_tokens: int = 64
     num_prompts: int = 16
-    concurrency: int = 4  # requests interleaved into one emulated engine step
+    concurrency: int = 4  # requests decoded as one batch (one engine step)
     max_prompt_tokens: int = 512
     seed: int = 0
     device: str = "cpu"
@@ -145,20 +150,24 @@ def _crop_to(cache, length: int) -> None:
     cache.crop(-(cur - length))
 
 
-def _forward(model, ids, cache, keep: int = 1):
-    """Run the model on the tokens the cache does not hold yet; returns the logits of the
-    last ``keep`` positions (the prompt's logits are never needed) and the cache."""
+def _run(model, new_ids, cache, keep: int = 1):
+    """Run the model on ``new_ids`` after what ``cache`` holds; returns the logits of the last
+    ``keep`` positions and the cache."""
     import torch
+
+    with torch.inference_mode():
+        out = model(input_ids=new_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
+    return out.logits[:, -keep:], out.past_key_values
+
+
+def _forward(model, ids, cache, keep: int = 1):
+    """Run the model on the tokens of ``ids`` the cache does not hold yet (the prompt's logits
+    are never needed)."""
     from transformers import DynamicCache
 
     if cache is None:
         cache = DynamicCache()
-    n = cache.get_seq_length()
-    with torch.inference_mode():
-        out = model(
-            input_ids=ids[:, n:], past_key_values=cache, use_cache=True, logits_to_keep=keep
-        )
-    return out.logits[:, -keep:], out.past_key_values
+    return _run(model, ids[:, cache.get_seq_length() :], cache, keep)
 
 
 def prefix_caches(target, drafter, ids, rows: int) -> tuple:
@@ -197,57 +206,75 @@ def spec_step(
     k = cfg.num_draft
     t_cache, d_cache = caches if caches is not None else (None, None)
     logits, d_cache = _forward(drafter, ids, d_cache)
-    last = logits[:, -1]
-    drafts, qdist, feats, cur = [], [], [], ids
-    for i in range(k):
-        feats.append(draft_features(last, cfg.temperature))
-        q = draft_probs(last, cfg)
+    drafts, q_all, feats = draw_drafts(
+        logits[:, -1], lambda d: _run(drafter, d, d_cache)[0][:, -1], cfg, gen
+    )
+    t_logits, t_cache = _forward(target, torch.cat([ids, drafts], dim=1), t_cache, keep=k + 1)
+    res = verify_drafts(drafts, q_all, feats, t_logits, cfg, gen)
+    if ids.shape[0] == 1:
+        base = ids.shape[1]
+        a = int(res.n_accepted[0])
+        _crop_to(t_cache, base + a)
+        _crop_to(d_cache, base + min(a, k - 1))
+    return res, (t_cache, d_cache)
+
+
+def draw_drafts(
+    logits, next_logits: Callable[[Tensor], Tensor], cfg: TraceConfig, gen
+) -> tuple[Tensor, Tensor, list[dict[str, Tensor]]]:
+    """K drafts per row sampled from the drafter's q: ``logits`` (B, V) give the first,
+    ``next_logits(d)`` the drafter's logits after drafts ``d`` (B, 1). Returns the drafts
+    (B, K), their q (B, K, V) and each position's features."""
+    import torch
+
+    drafts, qdist, feats = [], [], []
+    for i in range(cfg.num_draft):
+        feats.append(draft_features(logits, cfg.temperature))
+        q = draft_probs(logits, cfg)
         d = torch.multinomial(q, 1, generator=gen)
         drafts.append(d)
         qdist.append(q)
-        if i < k - 1:
-            cur = torch.cat([cur, d], dim=1)
-            logits, d_cache = _forward(drafter, cur, d_cache)
-            last = logits[:, -1]
-    dr = torch.cat(drafts, dim=1)  # (B, K)
-    q_all = torch.stack(qdist, dim=1)  # (B, K, V)
-    t_logits, t_cache = _forward(target, torch.cat([ids, dr], dim=1), t_cache, keep=k + 1)
+        if i < cfg.num_draft - 1:
+            logits = next_logits(d)
+    return torch.cat(drafts, dim=1), torch.stack(qdist, dim=1), feats
+
+
+def verify_drafts(
+    drafts, q_all, feats: list[dict[str, Tensor]], t_logits, cfg: TraceConfig, gen
+) -> StepResult:
+    """Rejection sampling of ``drafts`` (B, K) drawn from ``q_all`` (B, K, V) against the
+    target's logits ``t_logits`` (B, K+1, V) at the drafts' positions and the bonus one."""
+    import torch
+
+    k = cfg.num_draft
     p_all = sampling_probs(t_logits, cfg.temperature, cfg.top_p)  # (B, K+1, V)
     # q's vocabulary may be padded differently from p's; compare on the shared prefix.
     v = min(p_all.shape[-1], q_all.shape[-1])
     p_all, q_all = p_all[..., :v], q_all[..., :v]
-    p_d = p_all[:, :k].gather(-1, dr[..., None])[..., 0]
-    q_d = q_all.gather(-1, dr[..., None])[..., 0]
+    p_d = p_all[:, :k].gather(-1, drafts[..., None])[..., 0]
+    q_d = q_all.gather(-1, drafts[..., None])[..., 0]
     u = torch.rand(p_d.shape, generator=gen, dtype=p_d.dtype, device=p_d.device)
     ok = u * q_d < p_d  # u < min(1, p/q) without dividing
     n_acc = ok.long().cumprod(dim=1).sum(dim=1)  # (B,)
     # Resample at the first rejection from norm(max(0, p - q)); after K acceptances the bonus
     # token comes from p_K, i.e. the same formula with q = 0.
     q_ext = torch.cat([q_all, torch.zeros_like(q_all[:, :1])], dim=1)
-    rows = torch.arange(dr.shape[0], device=dr.device)
+    rows = torch.arange(drafts.shape[0], device=drafts.device)
     resid = (p_all[rows, n_acc] - q_ext[rows, n_acc]).clamp_min(0.0)
     z = resid.sum(-1, keepdim=True)
     # p == q leaves no residual mass; the draft is then always accepted, but keep it sane.
     resid = torch.where(z > 0, resid / z.clamp_min(1e-30), p_all[rows, n_acc])
     final = torch.multinomial(resid, 1, generator=gen)[:, 0]
-    q_sampled = q_d.double()
-    expected = expected_acceptance(p_all[:, :k].double(), q_all.double())
-    res = StepResult(
-        dr,
+    return StepResult(
+        drafts,
         n_acc,
         final,
         torch.stack([x["q_max"] for x in feats], 1),
         torch.stack([x["f"] for x in feats], 1),
         torch.stack([x["entropy"] for x in feats], 1),
-        q_sampled,
-        expected,
+        q_d.double(),
+        expected_acceptance(p_all[:, :k].double(), q_all.double()),
     )
-    if ids.shape[0] == 1:
-        base = ids.shape[1]
-        a = int(n_acc[0])
-        _crop_to(t_cache, base + a)
-        _crop_to(d_cache, base + min(a, k - 1))
-    return res, (t_cache, d_cache)
 
 
 def emitted_tokens(res: StepResult, row: int) -> list[int]:
@@ -255,16 +282,208 @@ def emitted_tokens(res: StepResult, row: int) -> list[int]:
     return [int(t) for t in res.drafts[row, :a]] + [int(res.final[row])]
 
 
-# ----------------------------------------------------------------------------- trace loop
+# ----------------------------------------------------------------------------- batched decoding
+
+
+def _kv(cache) -> list[tuple[Tensor, Tensor]]:
+    """Per layer (keys, values), each (B, heads, slots, head_dim); [] for a cache with no slots."""
+    if cache.get_seq_length() == 0:
+        return []
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _pad_slots(t, width: int):
+    """Left-pad the slot axis (dim -2 of K/V, -1 of a mask) of ``t`` with zeros to ``width``."""
+    import torch.nn.functional as F
+
+    if t.dim() == 2:
+        return F.pad(t, (width - t.shape[-1], 0))
+    return F.pad(t, (0, 0, width - t.shape[-2], 0))
+
+
+def _slotless(like: list[tuple[Tensor, Tensor]], rows: int) -> list[tuple[Tensor, Tensor]]:
+    """Empty K/V of ``rows`` rows shaped like the layers ``like``."""
+
+    def none(t: Tensor) -> Tensor:
+        return t.new_zeros(rows, t.shape[1], 0, t.shape[3])
+
+    return [(none(k), none(v)) for k, v in like]
 
 
 @dataclass
-class _Request:
+class BatchCache:
+    """One model's KV cache of a batch of rows of different lengths.
+
+    Every forward appends the same number of slots to every row, so a row's left padding and
+    its rejected drafts stay in the cache as holes (``valid`` False): the cache can only be cut
+    for all rows at once. Position ids count a row's valid slots only.
+    """
+
+    model: Any
+    cache: Any  # transformers DynamicCache
+    valid: Tensor  # bool (B, slots)
+
+    @classmethod
+    def empty(cls, model, rows: int) -> BatchCache:
+        import torch
+        from transformers import DynamicCache
+
+        return cls(
+            model, DynamicCache(), torch.zeros(rows, 0, dtype=torch.bool, device=_device(model))
+        )
+
+    def forward(self, ids, new, keep: int = 1):
+        """Run ``ids`` (B, n), real where ``new`` (B, n) is True; rows are left-padded so the last
+        column is always real. Returns the logits (B, keep, V) of the last ``keep`` columns.
+
+        A padding column of a row with no valid slot yet attends to nothing; torch's attention
+        still gives it finite values, not NaN (tests/estimator/test_trace_batch.py checks it)."""
+        import torch
+
+        pos = self.valid.sum(1, keepdim=True) + new.long().cumsum(1) - 1
+        mask = torch.cat([self.valid, new], dim=1)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask.long(),
+                # Padding columns before a row's first token would get -1.
+                position_ids=pos.clamp_min(0),
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=keep,
+            )
+        self.valid = mask
+        return out.logits[:, -keep:]
+
+    def keep_last(self, n: int, kept) -> None:
+        """Of the last ``n`` slots, row b keeps the first ``kept[b]``; the rest become holes."""
+        import torch
+
+        if n == 0:
+            return
+        cols = torch.arange(n, device=self.valid.device)
+        self.valid[:, -n:] &= cols[None, :] < kept[:, None]
+
+    def select(self, rows) -> None:
+        """Keep the rows ``rows`` (LongTensor), and drop the slots no remaining row uses."""
+        from transformers import DynamicCache
+
+        valid = self.valid[rows]
+        used = valid.any(0)
+        kv = [(k[rows][:, :, used], v[rows][:, :, used]) for k, v in _kv(self.cache)]
+        self.cache = DynamicCache(ddp_cache_data=kv) if kv else DynamicCache()
+        self.valid = valid[:, used]
+
+    def extend(self, other: BatchCache) -> None:
+        """Append ``other``'s rows; the side with fewer slots is left-padded with zero K/V in
+        masked slots (zeros, as a NaN there would still poison attention: 0 x NaN)."""
+        import torch
+        from transformers import DynamicCache
+
+        width = max(self.valid.shape[1], other.valid.shape[1])
+        mine, theirs = _kv(self.cache), _kv(other.cache)
+        if mine or theirs:
+            mine = mine or _slotless(theirs, self.valid.shape[0])
+            theirs = theirs or _slotless(mine, other.valid.shape[0])
+            pad = partial(_pad_slots, width=width)
+            self.cache = DynamicCache(
+                ddp_cache_data=[
+                    (torch.cat([pad(ka), pad(kb)]), torch.cat([pad(va), pad(vb)]))
+                    for (ka, va), (kb, vb) in zip(mine, theirs, strict=True)
+                ]
+            )
+        self.valid = torch.cat([_pad_slots(self.valid, width), _pad_slots(other.valid, width)])
+
+
+def _left_pad(segments: Sequence[Sequence[int]], device) -> tuple[Tensor, Tensor]:
+    """(ids, real) (B, longest): each row's tokens right-aligned, padding id 0 where not real."""
+    import torch
+
+    width = max(len(s) for s in segments)
+    ids = torch.zeros(len(segments), width, dtype=torch.long)
+    real = torch.zeros(len(segments), width, dtype=torch.bool)
+    for i, seg in enumerate(segments):
+        if seg:
+            ids[i, width - len(seg) :] = torch.tensor(list(seg))
+            real[i, width - len(seg) :] = True
+    return ids.to(device), real.to(device)
+
+
+@dataclass
+class BatchRow:
+    """A request in the batch: its committed tokens and what the drafter has not seen yet (the
+    target has always seen all but the last committed token)."""
+
     rid: str
-    ids: Tensor  # LongTensor (1, L)
+    tokens: list[int]
     prompt_len: int
-    caches: tuple | None = None
-    done: bool = False
+    draft_pending: list[int]
+
+
+@dataclass
+class SpecBatch:
+    """Speculative decoding of several requests as one batch: per step one batched drafter
+    forward per draft position and one batched target forward, caches kept across steps."""
+
+    target: BatchCache
+    drafter: BatchCache
+    rows: list[BatchRow]
+
+    @classmethod
+    def empty(cls, models: Models) -> SpecBatch:
+        return cls(BatchCache.empty(models.target, 0), BatchCache.empty(models.drafter, 0), [])
+
+    def admit(self, rid: str, prompt: Sequence[int]) -> None:
+        """Add a request: its prompt but the last token prefilled on its own, then grafted."""
+        import torch
+
+        if not prompt:
+            raise TraceError(f"{rid}: empty prompt")
+        prefix = torch.tensor([list(prompt[:-1])], device=self.target.valid.device)
+        for side in (self.target, self.drafter):
+            own = BatchCache.empty(side.model, 1)
+            if len(prompt) > 1:
+                own.forward(prefix, torch.ones_like(prefix, dtype=torch.bool))
+            side.extend(own)
+        self.rows.append(BatchRow(rid, list(prompt), len(prompt), [prompt[-1]]))
+
+    def step(self, cfg: TraceConfig, gen) -> StepResult:
+        """One speculative step of every row; each row's emitted tokens are committed."""
+        import torch
+
+        k, dev = cfg.num_draft, self.target.valid.device
+        ids, real = _left_pad([r.draft_pending for r in self.rows], dev)
+        one = torch.ones(len(self.rows), 1, dtype=torch.bool, device=dev)
+        drafts, q_all, feats = draw_drafts(
+            self.drafter.forward(ids, real)[:, -1],
+            lambda d: self.drafter.forward(d, one)[:, -1],
+            cfg,
+            gen,
+        )
+        last = torch.tensor([[r.tokens[-1]] for r in self.rows], device=dev)
+        t_ids = torch.cat([last, drafts], dim=1)
+        t_logits = self.target.forward(t_ids, one.expand(-1, k + 1), keep=k + 1)
+        res = verify_drafts(drafts, q_all, feats, t_logits, cfg, gen)
+        self.target.keep_last(k, res.n_accepted)
+        self.drafter.keep_last(k - 1, res.n_accepted.clamp(max=k - 1))
+        for i, r in enumerate(self.rows):
+            new = emitted_tokens(res, i)
+            # The drafter never ran its K-th draft: when accepted, it goes in with the final one.
+            r.draft_pending = new[-2:] if len(new) > k else new[-1:]
+            r.tokens += new
+        return res
+
+    def retire(self, keep: Sequence[int]) -> None:
+        """Keep only the rows at indices ``keep``."""
+        import torch
+
+        idx = torch.tensor(list(keep), dtype=torch.long, device=self.target.valid.device)
+        for side in (self.target, self.drafter):
+            side.select(idx)
+        self.rows = [self.rows[i] for i in keep]
+
+
+# ----------------------------------------------------------------------------- trace loop
 
 
 _LABEL_COLUMNS = ("request_id", "step", "position", "label", "q_max", "f", "q_sampled", "entropy",
@@ -295,30 +514,29 @@ def trace_pair(
 
     if not prompts:
         raise TraceError("no prompts to trace")
-    target, drafter = models
-    dev = _device(target)
-    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
-    queue = [
-        _Request(
-            f"{ids['workload_id']}/{i}",
-            torch.tensor([list(p)[-cfg.max_prompt_tokens :]], device=dev),
-            0,
-        )
+    gen = torch.Generator(device=_device(models.target)).manual_seed(cfg.seed)
+    queue = deque(
+        (f"{ids['workload_id']}/{i}", list(p)[-cfg.max_prompt_tokens :])
         for i, p in enumerate(prompts)
-    ]
-    for r in queue:
-        r.prompt_len = r.ids.shape[1]
+    )
     cols: dict[str, list] = {k: [] for k in _LABEL_COLUMNS}
     eos = set(int(e) for e in eos_token_ids)
-    active: list[_Request] = []
+    batch = SpecBatch.empty(models)
     step = 0
     t0 = time.monotonic()
-    while queue or active:
-        while queue and len(active) < cfg.concurrency:
-            active.append(queue.pop(0))
-        for r in active:
-            _step_request(r, (target, drafter, gen), cfg, eos, _Labels(cols, step))
-        active = [r for r in active if not r.done]
+    while queue or batch.rows:
+        while queue and len(batch.rows) < cfg.concurrency:
+            batch.admit(*queue.popleft())
+        res = batch.step(cfg, gen)
+        labels = _Labels(cols, step)
+        keep = []
+        for i, r in enumerate(batch.rows):
+            labels.add(r.rid, res, i, cfg.num_draft)
+            ended = any(t in eos for t in emitted_tokens(res, i))
+            if not ended and len(r.tokens) - r.prompt_len < cfg.max_new_tokens:
+                keep.append(i)
+        if len(keep) < len(batch.rows):
+            batch.retire(keep)
         step += 1
         if progress and step % 50 == 0:
             progress(
@@ -334,32 +552,16 @@ class _Labels:
     cols: dict[str, list]
     step: int
 
-    def add(self, rid: str, res: StepResult, n_accepted: int, num_draft: int) -> None:
+    def add(self, rid: str, res: StepResult, row: int, num_draft: int) -> None:
         """Positions 1..a accepted, position a+1 rejected (when within K): K labels at most."""
+        n_accepted = int(res.n_accepted[row])
         n_lab = min(n_accepted + 1, num_draft)
         self.cols["request_id"] += [rid] * n_lab
         self.cols["step"] += [self.step] * n_lab
         self.cols["position"] += list(range(1, n_lab + 1))
         self.cols["label"] += [1] * n_accepted + [0] * (n_lab - n_accepted)
         for key in ("q_max", "f", "q_sampled", "entropy", "expected"):
-            self.cols[key] += getattr(res, key)[0, :n_lab].tolist()
-
-
-def _step_request(r: _Request, models: tuple, cfg: TraceConfig, eos: set[int], labels: _Labels):
-    """One speculative step of request ``r``: its labels recorded, its tokens appended."""
-    import torch
-
-    target, drafter, gen = models
-    res, r.caches = spec_step(target, drafter, r.ids, cfg, gen, r.caches)
-    labels.add(r.rid, res, int(res.n_accepted[0]), cfg.num_draft)
-    new = emitted_tokens(res, 0)
-    if eos:
-        cut = next((i for i, t in enumerate(new) if t in eos), None)
-        if cut is not None:
-            new, r.done = new[: cut + 1], True
-    r.ids = torch.cat([r.ids, torch.tensor([new], device=r.ids.device)], dim=1)
-    if r.ids.shape[1] - r.prompt_len >= cfg.max_new_tokens:
-        r.done = True
+            self.cols[key] += getattr(res, key)[row, :n_lab].tolist()
 
 
 def _drafts_frame(cols: dict[str, list], ids: dict[str, str], temperature: float) -> pd.DataFrame:

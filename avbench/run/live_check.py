@@ -29,6 +29,8 @@ from avbench.store.run_store import RunStore
 from avbench.workloads.registry import LoadedWorkload, load_workload
 from avbench.workloads.tokens import messages_for
 
+MAX_TRACE_BATCH = 64  # a cell's requests traced as one batch, at most
+
 
 @dataclass(frozen=True)
 class LiveRun:
@@ -210,7 +212,9 @@ def check_live_run(
         ids = {"run_id": f"trace-of-{run_dir.name}", "pair_id": run.pair_id, "workload_id": cell_id}
         prompts = encode_prompts(tok, messages) * passes
         # Cells often repeat the same prompts: one seed each keeps their traces independent.
-        cell_cfg = replace(cfg, seed=seed + n)
+        # Acceptance does not depend on which requests share a step, so the batch is a speed
+        # choice: a cell's prompts go as one batch (capped, as --passes multiplies them).
+        cell_cfg = replace(cfg, seed=seed + n, concurrency=min(len(prompts), MAX_TRACE_BATCH))
         frames.append(
             trace_pair(Models(target, drafter), prompts, cell_cfg, ids, eos_ids, progress)
         )

@@ -42,7 +42,7 @@ def test_trace_rows_follow_schema(small_pair, torch_one_thread):
         np.log(out.loc[m, "q_max"] / (1 - out.loc[m, "q_max"])),
         atol=1e-6,
     )
-    # three requests share each step id (emulated batch) until they finish
+    # three requests share each step id (one batch) until they finish
     assert out.groupby("step")["request_id"].nunique().max() == 3
 
 
