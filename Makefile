@@ -63,6 +63,9 @@ demo: setup
 # lock (fd 9) until they end, and the `quiet` tests, which compare timings of runs made apart,
 # wait for it. Either half failing fails; the second's output follows the first's. Interrupted,
 # both stop (in the background, a non-interactive shell's job ignores the terminal's SIGINT).
+# Hundreds of test processes import avbench and the vLLM source tree: compiled once, not in
+# each (a machine may set PYTHONDONTWRITEBYTECODE; empty, Python writes its caches again).
+test test-fast: export PYTHONDONTWRITEBYTECODE =
 test: setup vllm-src
 	@rest_log=$$(mktemp); beside=$$(mktemp); status=0; \
 	  exec 9>"$$beside"; flock 9; \
