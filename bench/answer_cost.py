@@ -3,6 +3,8 @@
     python bench/answer_cost.py [--fixed results/predict-val-t1] [--adaptive results/answer-adaptive]
     python bench/answer_cost.py --pair tiny-cpu-wide --sweep predict-wide-t1 \
         --fixed results/predict-wide-t1 --adaptive results/answer-adaptive-wide
+    python bench/answer_cost.py --pair tiny-cpu-wide --sweep answer-wide --k 1,3 \
+        --fixed results/answer-wide-fixed --adaptive results/answer-wide-adaptive
 
 Fixed: every arm the CPU build runs (baseline, static K 1, 2, 3, the K schedule) x the sweep's
 concurrencies (tiny-cpu's predict-cpu-t1: c = 1, 2, 4; tiny-cpu-wide's predict-wide-t1: c = 1,
@@ -90,8 +92,9 @@ def main() -> None:
     ap.add_argument("--adaptive", type=Path, default=Path("results/answer-adaptive"))
     ap.add_argument("--pair", default="tiny-cpu")
     ap.add_argument("--sweep", default="predict-cpu-t1")
+    ap.add_argument("--k", default="1,2,3", help="the static K values of both protocols")
     args = ap.parse_args()
-    sweep = ["--pair", args.pair, "--sweep", args.sweep, "--k", "1,2,3", "--no-report"]
+    sweep = ["--pair", args.pair, "--sweep", args.sweep, "--k", args.k, "--no-report"]
     _measure(args.fixed, sweep, "manifest.json", ("finished",))
     _measure(
         args.adaptive,

@@ -811,7 +811,8 @@ def _start(server: ServerProcess, run: SweepRun, opts: SweepOptions, arm: Arm) -
         if pair.engine_cpus is not None and server.pgid is not None:
             layout = layout_for(pair.engine_cpus, pair.name)
             pinned = apply(layout, server.pgid)
-            detail = f"pinned {layout.describe()} ({pinned} engine processes)"
+            plural = "" if pinned == 1 else "es"
+            detail = f"pinned {layout.describe()} ({pinned} engine process{plural})"
             run.reporter.arm_started(arm.name, detail)
             run.store.record_cpu_layout(
                 arm.name,
