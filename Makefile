@@ -66,13 +66,10 @@ demo: setup
 # Hundreds of test processes import avbench and the vLLM source tree: compiled once, not in
 # each (a machine may set PYTHONDONTWRITEBYTECODE; empty, Python writes its caches again).
 test test-fast: export PYTHONDONTWRITEBYTECODE =
-# One worker more than the cores: those tests wait on subprocesses, timers and stand-in servers,
-# and one worker per core left about a quarter of the CPU idle (708 s of CPU in 472 s on 2).
-REST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup vllm-src
 	@rest_log=$$(mktemp); beside=$$(mktemp); status=0; \
 	  exec 9>"$$beside"; flock 9; \
-	  nice -n 10 $(BIN)/pytest -q -n $(REST_WORKERS) --dist worksteal -m "not vllm" tests >"$$rest_log" 2>&1 & rest=$$!; \
+	  nice -n 10 $(BIN)/pytest -q -n auto --dist worksteal -m "not vllm" tests >"$$rest_log" 2>&1 & rest=$$!; \
 	  exec 9>&-; \
 	  trap 'kill $$rest 2>/dev/null; rm -f "$$rest_log" "$$beside"; exit 130' INT TERM; \
 	  AVBENCH_TESTS_BESIDE="$$beside" $(BIN)/pytest -q -m vllm --durations=25 tests || status=$$?; \

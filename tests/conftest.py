@@ -19,13 +19,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-@pytest.fixture(scope="module")
-def fake_server():
+def serve_fake(inter_chunk_ms: float):
     """The fake streaming server (``avbench.testing.fake_server``) in its own process, 2 tokens
-    a chunk, 1 ms apart; yields its URL."""
+    a chunk, ``inter_chunk_ms`` apart; yields its URL."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "avbench.testing.fake_server", "--port", "0",
-         "--tokens-per-chunk", "2", "--inter-chunk-ms", "1"],
+         "--tokens-per-chunk", "2", "--inter-chunk-ms", str(inter_chunk_ms)],
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -36,6 +35,12 @@ def fake_server():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def fake_server():
+    """The fake streaming server, chunks 1 ms apart; yields its URL."""
+    yield from serve_fake(1)
 
 
 @pytest.fixture
