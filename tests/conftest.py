@@ -19,12 +19,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def serve_fake(inter_chunk_ms: float):
+@pytest.fixture(scope="module")
+def fake_server(request):
     """The fake streaming server (``avbench.testing.fake_server``) in its own process, 2 tokens
-    a chunk, ``inter_chunk_ms`` apart; yields its URL."""
+    a chunk, 1 ms apart (a module may set ``FAKE_INTER_CHUNK_MS``); yields its URL."""
+    gap_ms = getattr(request.module, "FAKE_INTER_CHUNK_MS", 1)
     proc = subprocess.Popen(
         [sys.executable, "-m", "avbench.testing.fake_server", "--port", "0",
-         "--tokens-per-chunk", "2", "--inter-chunk-ms", str(inter_chunk_ms)],
+         "--tokens-per-chunk", "2", "--inter-chunk-ms", str(gap_ms)],
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -35,12 +37,6 @@ def serve_fake(inter_chunk_ms: float):
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def fake_server():
-    """The fake streaming server, chunks 1 ms apart; yields its URL."""
-    yield from serve_fake(1)
 
 
 @pytest.fixture

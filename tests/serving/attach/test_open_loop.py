@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import serve_fake
 
 from avbench.store.run_store import RunStore
 from avbench.testing.cli import run_cli
@@ -19,12 +18,10 @@ from avbench.testing.report_page import figures_of, trace_labels
 CLI = [sys.executable, "-m", "avbench.cli"]
 
 
-@pytest.fixture(scope="module")
-def fake_server():
-    """Chunks 20 ms apart: 1 ms apart, a client held off the CPU (this machine busy with other
-    tests) reads a whole stream at once, the cell has no TPOT and the page rightly draws no
-    point for it, which is not what these tests are about."""
-    yield from serve_fake(20)
+# The fake server's chunks 20 ms apart: 1 ms apart, a client held off the CPU (the machine busy
+# with other tests) reads a whole stream at once, the cell has no TPOT and the page rightly draws
+# no point for it, which is not what these tests are about.
+FAKE_INTER_CHUNK_MS = 20
 
 
 def _sweep(endpoint: str, results: Path, run_id: str, *load: str) -> subprocess.CompletedProcess:
