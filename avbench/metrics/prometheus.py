@@ -27,6 +27,8 @@ COUNTER_NAMES: dict[str, str] = {
     "generation_tokens": "vllm:generation_tokens",
     "prompt_tokens": "vllm:prompt_tokens",
     "request_success": "vllm:request_success",
+    "prefix_cache_queries": "vllm:prefix_cache_queries",
+    "prefix_cache_hits": "vllm:prefix_cache_hits",
 }
 PER_POSITION_NAME = "vllm:spec_decode_num_accepted_tokens_per_pos"
 _SCALAR_FIELDS = tuple(COUNTER_NAMES)
@@ -52,6 +54,8 @@ class SpecDecodeCounters:
     prompt_tokens: float | None = None
     request_success: float | None = None  # summed over finished_reason
     request_success_by_reason: dict[str, float] = field(default_factory=dict)
+    prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: float | None = None  # of those, found cached
 
     @property
     def has_spec_decode(self) -> bool:

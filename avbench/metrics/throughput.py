@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from avbench.metrics.base import NoValue, metric, need
+from avbench.metrics.base import NoValue, metric, need, ratio
 from avbench.metrics.data import CellData
 
 
@@ -163,6 +163,20 @@ def server_generation_tokens(data: CellData, deps: Mapping[str, Any]) -> float:
 )
 def server_prompt_tokens(data: CellData, deps: Mapping[str, Any]) -> float:
     return _counter(data, "prompt_tokens")
+
+
+@metric(
+    "prefix_cache_hit_share",
+    unit="fraction",
+    inputs=("counters",),
+    definition="Δ vllm:prefix_cache_hits / Δ vllm:prefix_cache_queries over the window: the "
+    "share of the prompt tokens the server found in its prefix cache. Cells of one workload send "
+    "the same prompts, so a cell served after another on the same server starts warm (lower "
+    "TTFT, higher tok/s) where a cell measured alone does not.",
+)
+def prefix_cache_hit_share(data: CellData, deps: Mapping[str, Any]) -> float:
+    counters = need(data.counters, "/metrics scrapes")
+    return ratio(counters.prefix_cache_hits, counters.prefix_cache_queries, "prefix cache")
 
 
 @metric(

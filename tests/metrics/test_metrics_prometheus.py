@@ -59,6 +59,9 @@ def test_delta_before_after_temp1(before_text, after_text, scrape):
     assert d.generation_tokens == scrape.sum(
         after_text, "vllm:generation_tokens_total"
     ) - scrape.sum(before_text, "vllm:generation_tokens_total")
+    for field in ("prefix_cache_queries", "prefix_cache_hits"):
+        name = f"vllm:{field}_total"
+        assert getattr(d, field) == scrape.sum(after_text, name) - scrape.sum(before_text, name)
     assert window_counters(before_text, after_text) == d
     assert window_counters(None, after_text) is None
 

@@ -68,6 +68,32 @@ def test_every_column_has_unit_and_definition(before_text, greedy_text):
     assert {c for c in m.values if not c.startswith(indexed)} <= set(static)
 
 
+def test_prefix_cache_hit_share_is_the_windows_cached_prompt_tokens(before_text):
+    """The share from two scrapes: the window's Δ hits over Δ queries, not the server's lifetime
+    share (here 50 prompt tokens were looked up before the window)."""
+
+    def scrape(queries: float, hits: float) -> str:
+        def line(text: str) -> str:
+            name = text.split("{")[0]
+            if name == "vllm:prefix_cache_queries_total":
+                return f"{text.rsplit(' ', 1)[0]} {queries}"
+            if name == "vllm:prefix_cache_hits_total":
+                return f"{text.rsplit(' ', 1)[0]} {hits}"
+            return text
+
+        return "\n".join(line(x) for x in before_text.splitlines()) + "\n"
+
+    rec = _record([0.1, 0.2, 0.35], [1, 2, 3])
+    m = compute_cell_metrics(
+        [rec], window_s=1.0, gpus=1, counters_before=scrape(50, 0), counters_after=scrape(450, 300)
+    )
+    assert m.values["prefix_cache_hit_share"] == pytest.approx(0.75)
+    cold = compute_cell_metrics(
+        [rec], window_s=1.0, gpus=1, counters_before=scrape(50, 0), counters_after=scrape(450, 0)
+    )
+    assert cold.values["prefix_cache_hit_share"] == 0.0
+
+
 def test_dependencies_come_first():
     order = [m.tag for m in ordered_metrics()]
     assert set(order) == set(REGISTRY)
