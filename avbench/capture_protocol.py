@@ -27,6 +27,10 @@ ENV_CPU_SEED_FIX = "AVBENCH_CPU_SEED_FIX"  # "1": the CPU build's seeded prefill
 # (avbench.serving.server_log): "<mark> <what> (<how>)".
 PATCH_LOG_MARK = "avbench: server patched:"
 PLUGIN_NAME = "avbench"  # the vllm.general_plugins entry point
+# Each launched server gets this ASGI middleware (vLLM's --middleware): POST PREFIX_RESET_PATH
+# empties its prefix cache, so a cell does not start on the prefixes of earlier cells' prompts.
+PREFIX_RESET_MIDDLEWARE = "avbench.vllm_plugin.prefix_reset.prefix_reset_route"
+PREFIX_RESET_PATH = "/avbench/reset_prefix_cache"
 CAPTURE_KINDS = ("drafts", "refits", "steps")
 
 

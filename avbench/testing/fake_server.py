@@ -55,6 +55,7 @@ from typing import Annotated
 
 import typer
 
+from avbench.capture_protocol import PREFIX_RESET_PATH
 from avbench.commands.request import Request, command
 
 FAULT_KINDS = (
@@ -125,6 +126,7 @@ class _State:
         self.max_in_flight = 0
         self.connections = 0  # connections that carried completions (keep-alive reuse: few)
         self.idle_closed = 0  # of those, closed by idle_timeout_s
+        self.prefix_resets = 0
         self.emissions: list[Emission] = []
         self.rng = random.Random(cfg.fault_seed)
         self.stop = asyncio.Event()
@@ -543,7 +545,7 @@ def _make_handler(st: _State):
                 received, method, path, headers, raw = req
                 if (
                     st.cfg.api_key is not None
-                    and path.startswith("/v1/")
+                    and (path.startswith("/v1/") or path == PREFIX_RESET_PATH)
                     and headers.get("authorization") != f"Bearer {st.cfg.api_key}"
                 ):
                     _plain(writer, 401, "Unauthorized", b'{"error":"Unauthorized"}')
@@ -560,6 +562,9 @@ def _make_handler(st: _State):
                         st.in_flight -= 1
                     if writer.closed:
                         break
+                elif path == PREFIX_RESET_PATH:  # as avbench's route in a launched vLLM
+                    st.prefix_resets += 1
+                    _plain(writer, 200, "OK", b'{"success":true}')
                 elif path == "/_emissions":
                     _plain(
                         writer, 200, "OK", json.dumps([asdict(e) for e in st.emissions]).encode()
@@ -571,6 +576,7 @@ def _make_handler(st: _State):
                         "max_in_flight": st.max_in_flight,
                         "connections": st.connections,
                         "idle_closed": st.idle_closed,
+                        "prefix_resets": st.prefix_resets,
                     }
                     _plain(writer, 200, "OK", json.dumps(stats).encode())
                 elif path == "/_revive":  # the engine back, as after a restart; no more faults
@@ -581,6 +587,7 @@ def _make_handler(st: _State):
                 elif path == "/_reset":
                     st.emissions.clear()
                     st.count = st.max_in_flight = st.connections = st.idle_closed = 0
+                    st.prefix_resets = 0
                     _plain(writer, 200, "OK", b"{}")
                 elif path in ("/tokenize", "/detokenize") and st.cfg.tokenize:
                     _plain(writer, 200, "OK", _tokenizer_endpoint(path, raw))
