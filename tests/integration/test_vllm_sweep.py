@@ -106,6 +106,11 @@ def test_two_cells_agree_with_the_servers_own_counters(tiny_k3_server, tmp_path)
         per_pos = sum(r[f"accept_pos_{i}"] * r["num_drafts"] for r in rows)
         assert per_pos == pytest.approx(total.accepted_per_pos[i])
     assert sum(r["output_tokens"] for r in rows) == total.generation_tokens
+    # Both cells send the same prompts, and other tests sent them to this server before: each
+    # cell starts on an emptied prefix cache (most of a warm cell's prompt tokens are cached).
+    for r in rows:
+        assert r["prefix_cache_reset"] is True
+        assert r["prefix_cache_hit_share"] < 0.3, r["prefix_cache_hit_share"]
     # Greedy on a real pair: a decaying profile, position 0 between 0.2 and 0.9.
     for r in rows:
         pos = accept_pos(r)

@@ -84,6 +84,9 @@ def test_one_gpu_is_the_sequential_sweep_with_the_same_cells_and_no_co_tenant(
     assert not any(a.overlaps(b) for a, b in combinations(m.placements, 2))
     assert all(others == [] for others in m.co_tenants().values())
     assert gpus_given(one.store.arm_dir("static-k1") / "server.log") == "2"
+    # Each launched server's prefix cache was emptied before each of its cells (its route).
+    assert all(r["prefix_cache_reset"] is True for r in one.store.finished_cells().values())
+    assert all(r["prefix_cache_reset"] is True for r in wide.store.finished_cells().values())
 
 
 @pytest.mark.slow

@@ -1,0 +1,58 @@
+"""A deployable K schedule with a K = 0 range, predicted on the wide pair and measured.
+
+`avbench sweep --sweep predict-k0-wide` serves the wide pair as the baseline, static K = 3 and
+the dyn arm of the schedule [[1, 2, 3], [3, 64, 0]] at c = 8 (two repeats, step timings
+captured); `avbench predict` replays static K = 3 and the baseline's steps as that schedule.
+At c = 8 the batch holds three or more requests most of the time, where vLLM drafts nothing,
+and drafts three tokens while it drains: a replay that ignored the K = 0 range would predict
+about K = 3's throughput, which at c = 8 on this pair is well below the baseline's. Three
+server starts; the timings compared are of runs made apart, so `quiet`."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from avbench.predict.predicted import PredictRequest, predict_run
+from avbench.serving.server import probe_vllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.quiet]
+
+if probe_vllm(sys.executable).distribution is None:
+    pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
+
+SCHEDULE = [(1, 2, 3), (3, 64, 0)]
+
+
+def test_a_schedule_with_a_k0_range_is_predicted_within_tolerance_of_its_dyn_arm(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "sweep", "--pair", "tiny-cpu-wide", "--sweep",
+         "predict-k0-wide", "--results", str(tmp_path), "--run-id", "k0", "--no-report"],
+        capture_output=True, text=True, timeout=900, env=os.environ | {"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "k0"
+    rows = [json.loads(x) for x in (run / "cells.jsonl").read_text().splitlines()]
+    assert sorted({r["arm"] for r in rows}) == ["baseline", "dyn-k3", "static-k3"]
+    dyn = [r for r in rows if r["arm"] == "dyn-k3"]
+    spec = dyn[0]["speculative_config"]
+    assert spec["num_speculative_tokens_per_batch_size"] == [list(e) for e in SCHEDULE]
+
+    out = predict_run(PredictRequest(run, ("dyn",), "static-k3", SCHEDULE))
+    (predicted,) = [r for r in out.rows if r["arm"] == "dyn-k3"]
+    compared = {c.metric: c for c in out.compared if c.arm == "dyn-k3"}
+    assert {"output_tok_s_per_gpu", "tpot_ms_median"} <= compared.keys()
+    for metric in ("output_tok_s_per_gpu", "tpot_ms_median"):
+        c = compared[metric]
+        assert c.repeats == 2 and c.within, (  # within max(5%, the dyn arm's repeat spread)
+            f"{metric}: predicted {c.predicted:.2f}, measured {c.measured:.2f} "
+            f"({c.error:+.1%} against {c.tolerance:.1%})"
+        )
+    # Most steps draft nothing: fewer verified drafts per step than K = 3 by far.
+    k3 = [r for r in rows if r["arm"] == "static-k3"]
+    k3_drafts = sum(r["verified_drafts_per_step"] for r in k3) / len(k3)
+    assert predicted["verified_drafts_per_step"] < 0.5 * k3_drafts
+    measured_drafts = sum(r["verified_drafts_per_step"] for r in dyn) / len(dyn)
+    assert measured_drafts < 0.5 * k3_drafts
