@@ -10,8 +10,9 @@ captured; `predict-cpu-t1` (the default) at the study's sampling (temperature 1,
 probabilistic drafting, with the CPU sampler fix), `predict-cpu` greedy. Then
 predicts static-k1, static-k2 and the sweep's schedule from the baseline and static-k3 alone
 and prints, per cell group, the predicted and measured tok/s/GPU, median TPOT and acceptance
-length with the error, the measured repeat spread, whether the error is within max(5%, spread)
-(acceptance length: max(0.05 token, spread)) and whether the prediction's interval covers the
+length with the error, the measured repeat spreads (the arm's and its source cells'), whether
+the error is within max(5%, the spreads in quadrature) (acceptance length: max(0.05 token, the
+same)) and whether the prediction's interval covers the
 measured value; then, per workload and concurrency, the best static arm (or the baseline) with
 the predicted arms as predicted against the best with every arm measured. About 20 minutes of server time on an idle
 2-core machine; an interrupted sweep resumes where it stopped.

@@ -12,8 +12,12 @@ Here, per concurrency of one view (all workloads pooled, as the recommendation d
   ``Uncertainty.single`` (the noise of one cell, which a single repeat cannot show);
 - the winner is the option with the highest throughput (ties to the smaller K, as recommend
   decides);
-- the verdict is decided when no other option's interval reaches the winner's;
-- otherwise the contenders (the winner and every option whose interval reaches it) decide it:
+- another option ties with it when the winner's lead is inside the 95% interval of the
+  difference of the two: the two half-widths (in tok/s) in quadrature, as for a difference of
+  two independent estimates (asking that the two intervals not overlap would be a test at
+  about 99.5%, and would call near-ties of a few percent undecidable on any measurement);
+- the verdict is decided when no other option ties with the winner;
+- otherwise the contenders (the winner and every option that ties with it) decide it:
   the predicted ones are measured first; once all are measured, each gets one more repeat, up to
   ``max_repeats``; past that the verdict stays "inside noise" (the margin is smaller than what
   the sweep can resolve).
@@ -80,7 +84,7 @@ class Wanted:
 class Standing:
     concurrency: int
     winner: Option
-    contenders: tuple[Option, ...]  # options other than the winner whose interval reaches it
+    contenders: tuple[Option, ...]  # options other than the winner that tie with it (_ties)
     state: State
     wanted: tuple[Wanted, ...]  # empty unless state is "measure" or "repeat"
     margin: float | None  # winner's lead over the best other option, relative
@@ -132,15 +136,19 @@ def _wanted(contenders: list[Option], concurrency: int, max_repeats: int) -> tup
     return "inside noise", ()
 
 
+def _ties(winner: Option, other: Option, unc: Uncertainty) -> bool:
+    half = math.hypot(winner.tput * unc.of(winner), other.tput * unc.of(other))
+    return winner.tput - other.tput <= half
+
+
 def standing(at: pd.DataFrame, concurrency: int, unc: Uncertainty, max_repeats: int) -> Standing:
     """The standing of one concurrency's verdict from its points (one pooled view)."""
     options = _options(at)
     if not options:
         raise ValueError(f"c={concurrency}: no baseline, static or AV point")
     winner = min(options, key=lambda o: (-o.tput, o.k))
-    floor = winner.tput * (1 - unc.of(winner))
     others = [o for o in options if o is not winner]
-    reach = [o for o in others if o.tput * (1 + unc.of(o)) >= floor]
+    reach = [o for o in others if _ties(winner, o, unc)]
     best_other = max((o.tput for o in others), default=None)
     margin = None if not best_other else (winner.tput - best_other) / best_other
     if not reach:

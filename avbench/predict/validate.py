@@ -1,14 +1,16 @@
 """Predicted against measured, cell by cell: the predictor's error and whether it is tolerated.
 
 Per (pair, workload, arm, load) measured in both: the mean over repeats of the predicted and of
-the measured value, the error (predicted − measured) / measured, and the measured repeat spread
-(max − min) / mean. A throughput or median TPOT is within tolerance when |error| is at most
-max(5%, spread); an acceptance length when |predicted − measured| is at most max(0.05 tokens,
-spread), the spread saying what the same cell measured twice differs by.
+the measured value, the error (predicted − measured) / measured, and two measured repeat
+spreads, (max − min) / mean: the arm's own cells', and the source cells' the predictions
+replayed (a prediction scales its source cell's step times, so that cell's timing noise is in
+the prediction whole). A throughput or median TPOT is within tolerance when |error| is at most
+max(5%, the two spreads in quadrature); an acceptance length when |predicted − measured| is at
+most max(0.05 tokens, the same), each spread saying what the same cell measured twice differs by.
 
 The prediction's interval covers the measured value when |predicted − measured| is within the
-two uncertainties added in quadrature: the prediction's 95% half-width (the replay's sampling
-and the cost model's unidentified part) and the measured mean's (half its repeat spread).
+uncertainties added in quadrature: the prediction's 95% half-width (the replay's sampling and
+the cost model's unidentified part) and the two measured means' (half of each repeat spread).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Compared:
     tolerance: float
     repeats: int
     interval: float | None = None  # the prediction's 95% half-width, in the error's units
+    source_spread: float | None = None  # the replayed source cells' repeat spread, as spread
 
     @property
     def within(self) -> bool:
@@ -48,7 +51,8 @@ class Compared:
     def covered(self) -> bool | None:
         if self.interval is None:
             return None
-        return abs(self.error) <= math.hypot(self.interval, (self.spread or 0.0) / 2)
+        noise = math.hypot(self.spread or 0.0, self.source_spread or 0.0) / 2
+        return abs(self.error) <= math.hypot(self.interval, noise)
 
     def to_dict(self) -> dict:
         return asdict(self) | {"within": self.within, "covered": self.covered}
@@ -90,14 +94,19 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[Compared]:
         m = m_groups.get(key)
         if m is None:
             continue
+        sources = measured.iloc[0:0]
+        if "predicted_from" in p and "cell_id" in measured:
+            sources = measured[measured["cell_id"].isin(p["predicted_from"])]
         for metric in METRICS:
             pv, mv = p[metric].astype(float).mean(), m[metric].astype(float).mean()
             if not (np.isfinite(pv) and np.isfinite(mv)) or mv == 0:
                 continue
             absolute = metric == "acceptance_length"
             spread = _spread(m[metric].astype(float), relative=not absolute)
+            src = _spread(sources[metric].astype(float), relative=not absolute)
             error = pv - mv if absolute else (pv - mv) / mv
-            tol = max(ACCEPT_TOLERANCE if absolute else REL_TOLERANCE, spread or 0.0)
+            noise = math.hypot(spread or 0.0, src or 0.0)
+            tol = max(ACCEPT_TOLERANCE if absolute else REL_TOLERANCE, noise)
             half = p[f"{metric}_ci95"].astype(float).mean() if f"{metric}_ci95" in p else np.nan
             interval = None if not np.isfinite(half) else half if absolute else half / mv
             out.append(
@@ -114,6 +123,7 @@ def compare(measured: pd.DataFrame, predicted: pd.DataFrame) -> list[Compared]:
                     tol,
                     int(m[metric].notna().sum()),
                     interval,
+                    src,
                 )  # fmt: skip
             )
     return out

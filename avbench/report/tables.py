@@ -249,6 +249,12 @@ def _interval(c, absolute: bool) -> str:
     return f"±{half} ({'yes' if c.covered else 'NO'})"
 
 
+def _spread(spread: float | None, absolute: bool) -> str:
+    if spread is None:
+        return MISSING
+    return fmt(spread, ".3f") if absolute else fmt(spread * 100, ".1f", "%")
+
+
 def prediction_table(compared: list, caption: str = "") -> Table:
     """Predicted vs measured per cell group (``avbench.predict.validate.Compared`` rows)."""
     rows = []
@@ -263,9 +269,8 @@ def prediction_table(compared: list, caption: str = "") -> Table:
                 fmt(c.predicted, ".2f"),
                 fmt(c.measured, ".2f"),
                 fmt(c.error, "+.3f") if absolute else fmt(c.error * 100, "+.1f", "%"),
-                (fmt(c.spread, ".3f") if absolute else fmt(c.spread * 100, ".1f", "%"))
-                if c.spread is not None
-                else MISSING,
+                _spread(c.spread, absolute),
+                _spread(c.source_spread, absolute),
                 (fmt(c.tolerance, ".2f") if absolute else fmt(c.tolerance * 100, ".0f", "%")),
                 "yes" if c.within else "NO",
                 _interval(c, absolute),
@@ -281,6 +286,7 @@ def prediction_table(compared: list, caption: str = "") -> Table:
             "measured",
             "error",
             "repeat spread",
+            "source spread",
             "tolerance",
             "within",
             "interval (covers)",

@@ -22,7 +22,7 @@ def test_a_lead_beyond_both_intervals_is_decided_without_measuring_the_predictio
         predicted={"static-k1"},
     )  # fmt: skip
     (s,) = standings(view, UNC, max_repeats=2)
-    # baseline 100 ± 5% = [95, 105]; k1 80 ± 10% reaches 88 < 95: decided on a prediction.
+    # baseline 100 ± 5, k1 80 ± 8: a lead of 20 against hypot(5, 8) = 9.4: decided on a prediction.
     assert (s.verdict, s.state, s.wanted) == ("no speculation", "decided", ())
     assert s.margin == pytest.approx(0.25)
 
@@ -33,7 +33,7 @@ def test_a_predicted_contender_is_measured_first(cell):
         predicted={"static-k1"},
     )  # fmt: skip
     (s,) = standings(view, UNC, max_repeats=2)
-    # k1's upper bound 99 reaches the baseline's lower bound 95.
+    # a lead of 10 against hypot(5, 9) = 10.3: a tie is inside the difference's interval.
     assert s.state == "measure"
     assert [o.arm for o in s.contenders] == ["static-k1"]
     assert s.wanted == (Wanted("static-k1", 2, 0),)
@@ -51,8 +51,9 @@ def test_measured_contenders_get_one_more_repeat_then_inside_noise(cell):
 
 
 def test_the_repeat_spread_widens_a_measured_interval(cell):
-    # Two repeats 20% apart: 100 ± 20% reaches a rival 25% below the winner; 5% alone would not.
-    view = _points(cell("static-k1", 8, [111, 91]), cell("baseline", 8, [80, 80]))
+    # Two repeats 20% apart: 101 ± 20.2 ties with a rival 19 below (hypot(20.2, 4.1) = 20.6);
+    # with 5% alone (hypot(5.05, 4.1) = 6.5) it would not.
+    view = _points(cell("static-k1", 8, [111, 91]), cell("baseline", 8, [82, 82]))
     (s,) = standings(view, UNC, max_repeats=3)
     assert s.verdict == "static K=1"
     assert s.state == "repeat"
@@ -88,8 +89,9 @@ def test_replay_measures_a_near_prediction_then_repeats_then_stops_inside_noise(
         cell("static-k3", 4, [50, 50]), cell("static-k1", 4, [70, 70]),
     )  # fmt: skip
     rounds = replay(view, FIRST, UNC, max_repeats=2)
-    # c=1: k1 (predicted, 96.5 + 10%) reaches the baseline's 95.5, is measured, then both are
-    # within 5% of each other with one repeat, get a second, and stay inside noise. c=4: decided.
+    # c=1: k1 (predicted, 96.5 ± 9.7) ties with the baseline (100.5 ± 5.0), is measured, then
+    # the lead of 4 is inside hypot(5.0, 4.8) with one repeat and with two: inside noise.
+    # c=4: decided.
     assert rounds == [
         (Wanted("static-k1", 1, 0),),
         (Wanted("baseline", 1, 1), Wanted("static-k1", 1, 1)),
@@ -97,8 +99,8 @@ def test_replay_measures_a_near_prediction_then_repeats_then_stops_inside_noise(
 
 
 def test_replay_repeats_overlapping_measured_options_until_the_repeats_are_spent(cell):
-    # One repeat each: 100 vs 94 overlap at +-5%; the second repeats' spread is 0 and 5% stays
-    # the floor, so they still overlap and the repeats are spent: two rounds, never a third.
+    # One repeat each: a lead of 6 inside hypot(5, 4.7) = 6.9; the second repeats' spread is 0
+    # and 5% stays the floor, so they still tie and the repeats are spent: two rounds, no third.
     view = _points(
         cell("baseline", 2, [100, 100]), cell("static-k3", 2, [94, 94]),
         cell("static-k1", 2, [40, 40]),
@@ -113,7 +115,8 @@ def test_replay_repeats_overlapping_measured_options_until_the_repeats_are_spent
 def test_a_predicted_runner_up_decides_only_when_its_own_interval_excludes_a_tie(cell):
     """The runner-up predicted 10% below the winner: with a tight interval (±2%, and 5% for the
     one cell it replays) the verdict is decided; with the cost model's unidentified part
-    widening it to ±8% the intervals touch and the prediction is measured instead."""
+    widening it to ±10% a tie is inside the difference's interval and the prediction is
+    measured instead."""
 
     def view(half: float):
         runner_up = cell("static-k1", 16, 90.0)
@@ -121,9 +124,17 @@ def test_a_predicted_runner_up_decides_only_when_its_own_interval_excludes_a_tie
         return _points(cell("baseline", 16, 100.0), runner_up, predicted={"static-k1"})
 
     (tight,) = standings(view(0.02), UNC, max_repeats=2)
-    # 90 * (1 + hypot(0.02, 0.05)) = 94.8 < 100 * 0.95: no tie reachable.
+    # a lead of 10 against hypot(100 * 0.05, 90 * hypot(0.02, 0.05)) = 7.0: no tie.
     assert (tight.verdict, tight.state) == ("no speculation", "decided")
-    (wide,) = standings(view(0.08), UNC, max_repeats=2)
-    # 90 * (1 + hypot(0.08, 0.05)) = 98.5 >= 95: a tie is inside the interval.
+    (wide,) = standings(view(0.10), UNC, max_repeats=2)
+    # hypot(100 * 0.05, 90 * hypot(0.10, 0.05)) = 11.2 >= 10: a tie is inside the interval.
     assert wide.state == "measure" and wide.wanted == (Wanted("static-k1", 16, 0),)
-    assert [o.interval for o in wide.contenders] == [pytest.approx(0.08)]
+    assert [o.interval for o in wide.contenders] == [pytest.approx(0.10)]
+
+
+def test_a_lead_beyond_the_difference_interval_is_decided_though_the_intervals_overlap(cell):
+    # 100 ± 5 and 92 ± 4.6 overlap, but the lead of 8 is beyond hypot(5, 4.6) = 6.8.
+    (s,) = standings(_points(cell("static-k3", 2, 100), cell("static-k1", 2, 92)), UNC, 2)
+    assert (s.verdict, s.state, s.contenders) == ("static K=3", "decided", ())
+    (s,) = standings(_points(cell("static-k3", 2, 100), cell("static-k1", 2, 94)), UNC, 2)
+    assert s.state == "repeat"  # a lead of 6 is not
