@@ -9,7 +9,8 @@ Here, per concurrency of one view (all workloads pooled, as the recommendation d
   and the cost model's unidentified part) and ``Uncertainty.single`` (the noise of the one
   measured cell it replays) in quadrature, or ``Uncertainty.predicted`` where a prediction
   carries no interval; a measured option's is the larger of its repeat spread and
-  ``Uncertainty.single`` (the noise of one cell, which a single repeat cannot show);
+  ``Uncertainty.single`` (the noise of one cell, which a single repeat cannot show), over the
+  square root of its repeats (the option is the mean of its interleaved repeats);
 - the winner is the option with the highest throughput (ties to the smaller K, as recommend
   decides);
 - another option ties with it when the winner's lead is inside the 95% interval of the
@@ -48,8 +49,10 @@ class Uncertainty:
             if option.interval is None:
                 return self.predicted
             return math.hypot(option.interval, self.single)
+        # One cell's half-width is at least `single` (its repeat spread where that is wider);
+        # the option's value is the mean of its interleaved repeats.
         spread = option.spread if option.repeats >= 2 and option.spread is not None else 0.0
-        return max(spread, self.single)
+        return max(spread, self.single) / math.sqrt(max(option.repeats, 1))
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,10 @@ def test_measured_contenders_get_one_more_repeat_then_inside_noise(cell):
 
 
 def test_the_repeat_spread_widens_a_measured_interval(cell):
-    # Two repeats 20% apart: 101 ± 20.2 ties with a rival 19 below (hypot(20.2, 4.1) = 20.6);
-    # with 5% alone (hypot(5.05, 4.1) = 6.5) it would not.
-    view = _points(cell("static-k1", 8, [111, 91]), cell("baseline", 8, [82, 82]))
+    # Two repeats 20% apart: their mean 101 ± 19.8% / sqrt(2) = ± 14.1 ties with a rival 13 below
+    # (88 ± 5% / sqrt(2): hypot(14.1, 3.1) = 14.5); with 5% alone (hypot(3.6, 3.1) = 4.7) it
+    # would not.
+    view = _points(cell("static-k1", 8, [111, 91]), cell("baseline", 8, [88, 88]))
     (s,) = standings(view, UNC, max_repeats=3)
     assert s.verdict == "static K=1"
     assert s.state == "repeat"
@@ -98,18 +99,20 @@ def test_replay_measures_a_near_prediction_then_repeats_then_stops_inside_noise(
     ]
 
 
-def test_replay_repeats_overlapping_measured_options_until_the_repeats_are_spent(cell):
-    # One repeat each: a lead of 6 inside hypot(5, 4.7) = 6.9; the second repeats' spread is 0
-    # and 5% stays the floor, so they still tie and the repeats are spent: two rounds, no third.
-    view = _points(
-        cell("baseline", 2, [100, 100]), cell("static-k3", 2, [94, 94]),
-        cell("static-k1", 2, [40, 40]),
-    )  # fmt: skip
-    rounds = replay(view, FIRST, UNC, max_repeats=3)
-    assert rounds == [
-        (Wanted("baseline", 2, 1), Wanted("static-k3", 2, 1)),
-        (Wanted("baseline", 2, 2), Wanted("static-k3", 2, 2)),
-    ]
+def test_replay_repeats_tied_measured_options_until_decided_or_spent(cell):
+    def rounds(k3: float):
+        view = _points(
+            cell("baseline", 2, [100, 100, 100]), cell("static-k3", 2, [k3, k3, k3]),
+            cell("static-k1", 2, [40, 40, 40]),
+        )  # fmt: skip
+        return replay(view, FIRST, UNC, max_repeats=3)
+
+    once = (Wanted("baseline", 2, 1), Wanted("static-k3", 2, 1))
+    # A lead of 6: inside hypot(5, 4.7) = 6.9 with one repeat each, beyond hypot(3.5, 3.3) = 4.9
+    # with two (each the mean of two cells): one round of repeats decides it.
+    assert rounds(94) == [once]
+    # A lead of 3 ties at two repeats and at three (hypot(2.9, 2.8) = 4.0): spent, two rounds.
+    assert rounds(97) == [once, (Wanted("baseline", 2, 2), Wanted("static-k3", 2, 2))]
 
 
 def test_a_predicted_runner_up_decides_only_when_its_own_interval_excludes_a_tie(cell):
