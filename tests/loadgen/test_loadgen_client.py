@@ -232,8 +232,10 @@ def test_open_loop_follows_the_absolute_schedule():
     res = _open_loop(100.0, 100)
     sent = np.sort([r.sent_at for r in res.records])
     assert res.ok == 100
-    delivered = (len(sent) - 1) / (sent[-1] - sent[0])
-    assert abs(delivered / 100.0 - 1) < 0.02
+    # The rate the sends kept, from all of them: (last - first) over one second would move 3%
+    # when a busy machine delays the first send by 30 ms (seen beside the vllm tests).
+    delivered = 1.0 / np.polyfit(np.arange(len(sent)), sent, 1)[0]
+    assert abs(delivered / 100.0 - 1) < 0.02, delivered
     # queued_at is the scheduled time; the send follows it closely
     lag = np.asarray([r.queue_delay for r in res.records])
     assert np.median(lag) < 0.005
