@@ -34,7 +34,7 @@ def avbench(*args, timeout=600):
 
 @pytest.mark.parametrize(
     "pair,requests,max_tokens,min_drafts,tolerance",
-    [("tiny-cpu", 12, 64, 150, None), ("tiny-cpu-wide", 32, 128, 500, 0.05)],
+    [("tiny-cpu", 12, 64, 150, None), ("tiny-cpu-wide", 64, 128, 500, 0.05)],
 )
 def test_live_t1_acceptance_matches_the_offline_trace(
     tmp_path, pair, requests, max_tokens, min_drafts, tolerance
