@@ -8,8 +8,8 @@ tables) in, predicted metrics out; no server, no files. What it assumes (docs/pr
   position accepts min(K', the run of accepted positions there); AV, decided batch-wide per
   step, keeps min(accepted, admitted) of each measured step;
 - batch composition follows the measured arm: the same requests share the same steps, and a
-  step that yields fewer tokens is repeated (its decode work scales by tokens measured /
-  predicted; its prefill work happens once);
+  step that yields fewer tokens is repeated, tokens measured / predicted - 1 more times, as a
+  decode step of its batch (a prefill or a stall in the measured step happens once);
 - a step's time changes only through its parts' modelled costs (``step_costs``: the forward
   and sampling of the drafts verified, the drafter's first pass and positions, the rest's share
   per draft); idle time (the batch emptied, waiting for the client) is not stretched;
@@ -250,24 +250,28 @@ def _finish(
     cell: CellReplay, costs: StepCosts, events: pd.DataFrame, k_to: np.ndarray, requests
 ) -> Replayed:
     """Tokens and work per step from the events' predicted verdicts, each step repriced part by
-    part (``k_to``: the positions it drafts as predicted). ``requests``: per request, predicted
-    steps that drafted and drafts accepted (the acceptance length's terms)."""
+    part (``k_to``: the positions it drafts as predicted), and the decode step that repeats it
+    where it yields fewer tokens (``repeat_ms``). ``requests``: per request, predicted steps
+    that drafted and drafts accepted (the acceptance length's terms)."""
     steps = cell.steps
     by = events.groupby("step")
     acc = by["accepted"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     acc_pred = by["accepted_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     verified = by["verified_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     n = steps["n_reqs"].to_numpy(int)
+    drafts = steps["drafts"].to_numpy(float)
     k_from = _drafted(cell)
-    delta = costs.delta(
-        n, steps["drafts"].to_numpy(float), verified, k_from, np.where(k_from > 0, k_to, 0)
-    )
+    k_pred = np.where(k_from > 0, k_to, 0)
+    delta = costs.delta(n, drafts, verified, k_from, k_pred)
+    # A step that also prefilled verified drafts of fewer requests than its batch: its repeats
+    # are decode steps of the whole batch, at the drafts per request predicted for it.
+    kept = np.divide(verified, drafts, out=np.zeros_like(drafts), where=drafts > 0)
     work = steps["work_ms"].to_numpy(float)
     out = steps.assign(
         tok=n + acc,  # every request in the batch yields a token, plus its accepted drafts
         tok_pred=n + acc_pred,
         work_pred_ms=np.maximum(work + delta.total, 0.05 * work),
-        prefill_ms=costs.prefill_ms(steps),
+        repeat_ms=costs.repeat_ms(n, kept * cell.k * n, k_pred),
         unidentified_ms=delta.unidentified,
         verified_pred=verified,
     )
@@ -359,11 +363,11 @@ def _observe(est: OnlineEstimator, f: np.ndarray, accepted: np.ndarray, admitted
 
 # ----------------------------------------------------------------------------- aggregate
 def _predicted_ms(steps: pd.DataFrame) -> pd.Series:
-    """Each step's predicted time to produce its measured tokens: its decode work repeated as
-    often as fewer tokens per step need (tok / tok_pred), its prefill once, its idle time."""
+    """Each step's predicted time to produce its measured tokens: the step repriced, then
+    repeated as a decode step as often as fewer tokens per step need (tok / tok_pred - 1 more
+    times), and its idle time once."""
     stretch = steps["tok"] / steps["tok_pred"]
-    decode = steps["work_pred_ms"] - steps["prefill_ms"]
-    return decode * stretch + steps["prefill_ms"] + steps["idle_ms"]
+    return steps["work_pred_ms"] + (stretch - 1) * steps["repeat_ms"] + steps["idle_ms"]
 
 
 def _time_ratio(steps: pd.DataFrame) -> float:
@@ -381,16 +385,17 @@ def _model_rel(steps: pd.DataFrame) -> float:
 
 def _request_ratios(r: Replayed) -> pd.Series:
     """Per request: predicted / measured TPOT over its verify steps (its own tokens per step
-    stretch the decode work of those steps; other requests' prefills in them do not repeat)."""
+    decide how often those steps repeat, as decode steps: other requests' prefills in them
+    happen once)."""
     work = r.steps.set_index("step")
     ev = r.events.assign(
         w=r.events["step"].map(work["work_ms"]),
         wp=r.events["step"].map(work["work_pred_ms"]),
-        pf=r.events["step"].map(work["prefill_ms"]),
+        rp=r.events["step"].map(work["repeat_ms"]),
     )
     g = ev.groupby("request_id")
     stretch = (g["accepted"].sum() + g.size()) / (g["accepted_pred"].sum() + g.size())
-    return ((g["wp"].sum() - g["pf"].sum()) * stretch + g["pf"].sum()) / g["w"].sum()
+    return (g["wp"].sum() + (stretch - 1) * g["rp"].sum()) / g["w"].sum()
 
 
 def summarize(cell: CellReplay, r: Replayed, seed: int = 0) -> Prediction:

@@ -7,9 +7,14 @@ only (no prefill in the batch), as medians per batch size n, linear between the 
   draft token in the forward, the source's excess over the baseline at the same batch spread
   over its K·n drafts (at a fixed batch the forward is close to linear in the drafts per
   request: on the wide CPU pair K = 1 and 2 read off K = 3 and the baseline land within 4%);
-- **sampling**: ``sample_per_row`` per draft row verified, the baseline's cost per logits
-  row; what a speculative server's sampler costs beyond the baseline's whatever it verifies
-  (a step of a K = 0 range still pays it) is in the measured step and stays;
+- **sampling**: ``sample_per_row`` per draft row verified. The speculative sampler's slope over
+  n at K spreads over K + 1 rows per request; taken whole per row it bounds the cost of a row
+  from above (it also holds any per-request part), and the baseline's cost per logits row
+  bounds it from below (rejection sampling does more per row than plain sampling). The
+  prediction takes the upper bound (on the wide CPU pair at c = 8 a K = 1 arm and a K = 0 range
+  both measured 0.14 ms per row against bounds of 0.12 and 0.145) and the range as unidentified;
+  what the speculative sampler costs beyond the baseline's whatever it verifies (a step of a
+  K = 0 range still pays it) is in the measured step and stays;
 - **drafting**: the drafter's first pass (over every token the step verified) costs the
   source's less ``first_pass_per_draft`` per draft not verified, and each position drafted costs
   what the source's position j cost at that batch (per-position timings of Model Runner V1).
@@ -25,10 +30,10 @@ only (no prefill in the batch), as medians per batch size n, linear between the 
   (all of E per draft, none of it) and the half-range is the part of its interval that one K
   cannot identify.
 
-A step that also prefills (a new request's prompt beside the decodes) keeps its prefill part,
-its work beyond the source's median decode step at that batch (``prefill_ms``): a prompt is
-prefilled once whatever K the arm drafts, so that part is not repeated when a shorter proposal
-needs more steps for the same tokens.
+A step that a shorter proposal must repeat (it yields fewer tokens) is repeated as a decode step
+of that batch, not as measured: ``repeat_ms`` prices the source's median decode step at the
+batch with the predicted drafts, so a prompt prefilled in the measured step, or a stall in it,
+happens once whatever K the arm drafts.
 
 Every part is a delta from a measured step: ``delta`` prices a step as predicted against the
 same step as measured, so what the model leaves out cancels (docs/predict.md).
@@ -91,19 +96,21 @@ class StepCosts:
 
     k: int
     forward_per_draft: PerBatch
-    sample_per_row: float
+    sample_per_row: float  # the upper bound (module docstring)
+    sample_row_range: float  # the bound less the baseline's cost per row: unidentified
     rest_excess: PerBatch  # E(n): the source's rest less the baseline's
     first_pass_per_draft: float  # the middle of [c/2, c]; the half-range is unidentified
     positions: tuple[PerBatch, ...]  # the cost of draft position j (index j - 1)
     decode_work: PerBatch  # the source's work per decode step (no prefill in the batch)
     notes: tuple[str, ...] = ()
 
-    def prefill_ms(self, steps: pd.DataFrame) -> np.ndarray:
-        """Per step: the work of prefilling, which a longer or shorter proposal does not
-        repeat (0 for a step with no prompt tokens)."""
-        mixed = (steps["tokens"] > steps["n_reqs"] + steps["drafts"]).to_numpy()
-        extra = steps["work_ms"].to_numpy(float) - self.decode_work.at(steps["n_reqs"].to_numpy())
-        return np.where(mixed, np.maximum(extra, 0.0), 0.0)
+    def repeat_ms(self, n, verified, k_to) -> np.ndarray:
+        """A decode step of n requests verifying ``verified`` drafts and drafting ``k_to``
+        positions: the source's median decode step at n, repriced (arrays over steps)."""
+        n = np.asarray(n, dtype=float)
+        full = self.k * n
+        step = self.delta(n, full, verified, np.where(full > 0, self.k, 0), k_to)
+        return np.maximum(self.decode_work.at(n) + step.total, 0.0)
 
     def positions_ms(self, n: np.ndarray, k: np.ndarray) -> np.ndarray:
         """What drafting k positions costs at batch n beyond the first pass."""
@@ -123,6 +130,7 @@ class StepCosts:
         n, d_from, d_to = (np.asarray(x, dtype=float) for x in (n, d_from, d_to))
         rest, half = self._rest(n, d_from, d_to)
         first_half = self.first_pass_per_draft / 3 * np.abs(d_to - d_from)
+        sample_range = self.sample_row_range * np.abs(d_to - d_from)
         draft = self.first_pass_per_draft * (d_to - d_from) + (
             self.positions_ms(n, k_to) - self.positions_ms(n, k_from)
         )
@@ -131,7 +139,7 @@ class StepCosts:
             sample=self.sample_per_row * (d_to - d_from),
             draft=draft,
             rest=rest,
-            unidentified=half + first_half,
+            unidentified=half + first_half + sample_range,
         )
 
 
@@ -203,7 +211,11 @@ def fit_step_costs(source: pd.DataFrame, baseline: pd.DataFrame, k: int) -> Step
         smp_b = per_batch(nb, base["sample"].to_numpy(), n_max)
         rest_b = per_batch(nb, base["rest"].to_numpy(), n_max)
         assert fwd_b is not None and smp_b is not None and rest_b is not None
-        per_row = max(_slope(smp_b, n_max), 0.0)
+        base_row = max(_slope(smp_b, n_max), 0.0)
+        smp_k = per_batch(n, src["sample"].to_numpy(), n_max)
+        assert smp_k is not None
+        per_row = max(_slope(smp_k, n_max) / (k + 1), base_row)
+        row_range = per_row - base_row
         rest_k = per_batch(n, src["rest"].to_numpy(), n_max)
         assert rest_k is not None
         excess = PerBatch(rest_k.values - rest_b.values)
@@ -213,7 +225,7 @@ def fit_step_costs(source: pd.DataFrame, baseline: pd.DataFrame, k: int) -> Step
         fwd_b = PerBatch(
             np.interp(np.arange(n_max + 1, dtype=float), *_median_xy(tokens, src["forward"]))
         )
-        per_row, excess = 0.0, PerBatch.zero(n_max)
+        per_row, row_range, excess = 0.0, 0.0, PerBatch.zero(n_max)
     grid = np.arange(n_max + 1, dtype=float)
     per_draft = PerBatch((fwd_k.values - fwd_b.values) / np.maximum(k * grid, 1.0))
     positions = _position_curves(src, k, n_max)
@@ -227,7 +239,7 @@ def fit_step_costs(source: pd.DataFrame, baseline: pd.DataFrame, k: int) -> Step
         if why:
             notes.append(why)
     return StepCosts(
-        k, per_draft, per_row, excess, first_per, tuple(positions), work_k, tuple(notes)
+        k, per_draft, per_row, row_range, excess, first_per, tuple(positions), work_k, tuple(notes)
     )
 
 

@@ -39,6 +39,7 @@ def _tables(draft_ms: float = 0.0, verify_slope: float = 0.0) -> Pricing:
         K,
         PerBatch(np.full(17, verify_slope)),
         0.0,
+        0.0,
         zero,
         0.0,
         (flat,) * K,
@@ -99,6 +100,18 @@ def test_static_replay_walks_the_positions_and_reprices_the_steps():
     # Tokens per step: measured 5, 5, 2, 8; predicted 11/6 + 9/6 = 10/3 in each. The cell's
     # time: sum(6 ms * tok / tok') = 6 * 20 / (10/3) = 36 ms against 40 ms measured.
     assert pred.output_tok_s_per_gpu == pytest.approx(100.0 * 40 / 36)
+
+
+def test_a_stall_in_a_measured_step_is_not_repeated_with_the_step():
+    """A step that yields fewer tokens is repeated as a decode step of its batch (the source's
+    median one, repriced), so 20 ms the engine lost in one measured step are lost once."""
+    cell = _cell([[3, 0], [1, 2], [0, 0], [3, 3]])
+    cell.steps.loc[1, "work_ms"] += 20.0  # step 2 took 30 ms
+    pred, rep = predict_cell(cell, _tables(verify_slope=1.0), Policy("static", 1))
+    assert rep.steps["repeat_ms"].tolist() == pytest.approx([6.0] * 4)
+    # As in the replay above, the steps repeat 1.5, 1.5, 0.6 and 2.4 times: 36 ms of decode
+    # steps, and the stall once: 56 ms against 60 measured (a copy of the step would be 66).
+    assert pred.output_tok_s_per_gpu == pytest.approx(100.0 * 60 / 56)
 
 
 def test_schedule_uses_the_k_of_the_batch_that_drafted():

@@ -11,7 +11,8 @@ from avbench.predict.model import step_times
 from avbench.predict.step_costs import fit_step_costs
 
 K = 3
-PER_DRAFT, PER_ROW, REST_EXCESS = 0.4, 0.1, 0.6  # target forward and sampling per draft row
+PER_DRAFT, REST_EXCESS = 0.4, 0.6  # target forward per draft; the rest's speculative excess
+PER_ROW, PER_ROW_SPEC = 0.1, 0.12  # a sampled row: plain, and in the speculative sampler
 FIRST_A, FIRST_B, FIRST_C = 2.0, 0.1, 0.08  # drafter forward: a + b per request + c per token
 
 
@@ -30,7 +31,7 @@ def _steps(k: int, sizes: list[int]) -> pd.DataFrame:
     for n in sizes:
         for _ in range(20):
             forward = 10.0 + 0.5 * n + PER_DRAFT * k * n
-            sample = 0.3 + PER_ROW * n + (0.8 + PER_ROW * k * n if k else 0.0)
+            sample = 0.3 + (0.8 + PER_ROW_SPEC * (k + 1) * n if k else PER_ROW * n)
             rest = 1.0 + 0.05 * n + (REST_EXCESS if k else 0.0)
             row = {"step": t, "n_reqs": n, "tokens": n * (k + 1), "drafts": k * n,
                    "forward_ms": forward, "sample_ms": sample, "request_ids": ["r0"]}  # fmt: skip
@@ -54,7 +55,10 @@ SIZES = [1, 2, 4, 8]
 def test_the_split_is_recovered_from_the_baseline_and_one_k():
     costs = fit_step_costs(_steps(K, SIZES), _steps(0, SIZES), K)
     assert costs.forward_per_draft.at(np.array(SIZES)) == pytest.approx([PER_DRAFT] * 4)
-    assert costs.sample_per_row == pytest.approx(PER_ROW)
+    # The speculative sampler's slope over n, per row, bounds a row's cost from above; here
+    # it is all per row, so the bound is the cost; the baseline's row is the lower bound.
+    assert costs.sample_per_row == pytest.approx(PER_ROW_SPEC)
+    assert costs.sample_row_range == pytest.approx(PER_ROW_SPEC - PER_ROW)
     # The last step of each size has no successor: the median holds the exact rest.
     assert costs.rest_excess.at(np.array(SIZES)) == pytest.approx([REST_EXCESS] * 4)
     # Position 1 is its sampling alone; a later one is a one-token forward and its sampling.
@@ -75,16 +79,23 @@ def test_a_step_is_repriced_part_by_part_with_what_one_k_cannot_identify():
                        np.array([K]), np.array([1]))  # fmt: skip
     fewer = measured - predicted
     assert part.forward == pytest.approx([-PER_DRAFT * fewer])
-    assert part.sample == pytest.approx([-PER_ROW * fewer])
+    assert part.sample == pytest.approx([-PER_ROW_SPEC * fewer])
     c = 0.75 * FIRST_C
     assert part.draft == pytest.approx([-c * fewer - 2 * (_drafter(n, n) + _position_sample(n))])
     # The rest's excess is somewhere between per draft (-0.6 * 8/12) and per server (0).
     assert part.rest == pytest.approx([-REST_EXCESS * fewer / measured / 2])
-    assert part.unidentified == pytest.approx([REST_EXCESS * fewer / measured / 2 + c / 3 * fewer])
+    assert part.unidentified == pytest.approx(
+        [REST_EXCESS * fewer / measured / 2 + c / 3 * fewer + (PER_ROW_SPEC - PER_ROW) * fewer]
+    )
     # The drafts measured price to nothing.
     same = costs.delta(np.array([n]), np.array([measured]), np.array([measured]),
                        np.array([K]), np.array([K]))  # fmt: skip
     assert same.total == pytest.approx([0.0]) and same.unidentified == pytest.approx([0.0])
+    # Repeated, the step is the source's median decode step at n with the same change.
+    source_step = costs.decode_work.at(np.array([n]))[0]
+    assert costs.repeat_ms(np.array([n]), np.array([predicted]), np.array([1])) == pytest.approx(
+        [source_step + part.total[0]]
+    )
 
 
 def test_without_a_baseline_sampling_and_the_rest_stay_and_it_says_so():
