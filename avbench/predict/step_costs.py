@@ -8,13 +8,14 @@ only (no prefill in the batch), as medians per batch size n, linear between the 
   over its K·n drafts (at a fixed batch the forward is close to linear in the drafts per
   request: on the wide CPU pair K = 1 and 2 read off K = 3 and the baseline land within 4%);
 - **sampling**: ``sample_per_row`` per draft row verified. The speculative sampler's slope over
-  n at K spreads over K + 1 rows per request; taken whole per row it bounds the cost of a row
-  from above (it also holds any per-request part), and the baseline's cost per logits row
-  bounds it from below (rejection sampling does more per row than plain sampling). The
-  prediction takes the upper bound (on the wide CPU pair at c = 8 a K = 1 arm and a K = 0 range
-  both measured 0.14 ms per row against bounds of 0.12 and 0.145) and the range as unidentified;
-  what the speculative sampler costs beyond the baseline's whatever it verifies (a step of a
-  K = 0 range still pays it) is in the measured step and stays;
+  n at K, spread over K + 1 rows per request, bounds the cost of a row from above (it also
+  holds any per-request part); the baseline's cost per logits row was meant to bound it from
+  below (rejection sampling does more per row than plain sampling). The prediction takes their
+  middle and half the range as unidentified: on the wide CPU pair at c = 8 a K = 1 arm and a
+  K = 0 range both measured 0.14 ms per row removed (bounds 0.12 and 0.145), on the tiny pair
+  K = 1 and 2 came out below the baseline's row. What the speculative sampler costs beyond the
+  baseline's whatever it verifies (a step of a K = 0 range still pays it) is in the measured
+  step and stays;
 - **drafting**: the drafter's first pass (over every token the step verified) costs the
   source's less ``first_pass_per_draft`` per draft not verified, and each position drafted costs
   what the source's position j cost at that batch (per-position timings of Model Runner V1).
@@ -96,8 +97,8 @@ class StepCosts:
 
     k: int
     forward_per_draft: PerBatch
-    sample_per_row: float  # the upper bound (module docstring)
-    sample_row_range: float  # the bound less the baseline's cost per row: unidentified
+    sample_per_row: float  # the middle of the two bounds (module docstring)
+    sample_row_range: float  # half their range: unidentified
     rest_excess: PerBatch  # E(n): the source's rest less the baseline's
     first_pass_per_draft: float  # the middle of [c/2, c]; the half-range is unidentified
     positions: tuple[PerBatch, ...]  # the cost of draft position j (index j - 1)
@@ -214,8 +215,8 @@ def fit_step_costs(source: pd.DataFrame, baseline: pd.DataFrame, k: int) -> Step
         base_row = max(_slope(smp_b, n_max), 0.0)
         smp_k = per_batch(n, src["sample"].to_numpy(), n_max)
         assert smp_k is not None
-        per_row = max(_slope(smp_k, n_max) / (k + 1), base_row)
-        row_range = per_row - base_row
+        bound = max(_slope(smp_k, n_max) / (k + 1), base_row)
+        per_row, row_range = (bound + base_row) / 2, (bound - base_row) / 2
         rest_k = per_batch(n, src["rest"].to_numpy(), n_max)
         assert rest_k is not None
         excess = PerBatch(rest_k.values - rest_b.values)

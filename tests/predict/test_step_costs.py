@@ -55,10 +55,11 @@ SIZES = [1, 2, 4, 8]
 def test_the_split_is_recovered_from_the_baseline_and_one_k():
     costs = fit_step_costs(_steps(K, SIZES), _steps(0, SIZES), K)
     assert costs.forward_per_draft.at(np.array(SIZES)) == pytest.approx([PER_DRAFT] * 4)
-    # The speculative sampler's slope over n, per row, bounds a row's cost from above; here
-    # it is all per row, so the bound is the cost; the baseline's row is the lower bound.
-    assert costs.sample_per_row == pytest.approx(PER_ROW_SPEC)
-    assert costs.sample_row_range == pytest.approx(PER_ROW_SPEC - PER_ROW)
+    # The speculative sampler's slope over n, per row, bounds a row's cost from above (here it
+    # is all per row: the bound is the cost), the baseline's row from below; the model takes
+    # the middle, the cost inside half the range of it.
+    assert costs.sample_per_row == pytest.approx((PER_ROW_SPEC + PER_ROW) / 2)
+    assert costs.sample_row_range == pytest.approx((PER_ROW_SPEC - PER_ROW) / 2)
     # The last step of each size has no successor: the median holds the exact rest.
     assert costs.rest_excess.at(np.array(SIZES)) == pytest.approx([REST_EXCESS] * 4)
     # Position 1 is its sampling alone; a later one is a one-token forward and its sampling.
@@ -79,13 +80,13 @@ def test_a_step_is_repriced_part_by_part_with_what_one_k_cannot_identify():
                        np.array([K]), np.array([1]))  # fmt: skip
     fewer = measured - predicted
     assert part.forward == pytest.approx([-PER_DRAFT * fewer])
-    assert part.sample == pytest.approx([-PER_ROW_SPEC * fewer])
+    assert part.sample == pytest.approx([-(PER_ROW_SPEC + PER_ROW) / 2 * fewer])
     c = 0.75 * FIRST_C
     assert part.draft == pytest.approx([-c * fewer - 2 * (_drafter(n, n) + _position_sample(n))])
     # The rest's excess is somewhere between per draft (-0.6 * 8/12) and per server (0).
     assert part.rest == pytest.approx([-REST_EXCESS * fewer / measured / 2])
     assert part.unidentified == pytest.approx(
-        [REST_EXCESS * fewer / measured / 2 + c / 3 * fewer + (PER_ROW_SPEC - PER_ROW) * fewer]
+        [REST_EXCESS * fewer / measured / 2 + c / 3 * fewer + (PER_ROW_SPEC - PER_ROW) / 2 * fewer]
     )
     # The drafts measured price to nothing.
     same = costs.delta(np.array([n]), np.array([measured]), np.array([measured]),
