@@ -42,10 +42,12 @@ import asyncio
 import json
 import math
 import random
+import signal
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 import msgspec
@@ -835,5 +837,52 @@ def run_drive(
     """Synchronous :func:`drive` on a fresh event loop (the one provenance.event_loop names)."""
     from avbench.loadgen.provenance import event_loop
 
-    with asyncio.Runner(loop_factory=event_loop()[2]) as runner:
-        return runner.run(drive(endpoint, sampling, conversations, load, hooks))
+    with asyncio.Runner(loop_factory=event_loop()[2]) as runner, _DeferredSigterm() as sigterm:
+        try:
+            return runner.run(sigterm.guard(drive(endpoint, sampling, conversations, load, hooks)))
+        finally:
+            sigterm.handle_deferred()  # after a drive cancelled, or one that finished first
+
+
+class _DeferredSigterm:
+    """While a drive runs, SIGTERM cancels it, as asyncio.Runner does on SIGINT, and the
+    process's own SIGTERM handler (avbench's raises KeyboardInterrupt) runs once the loop has
+    stopped. Raised inside the loop, an exception can land in a C callback (uvloop's resolver),
+    which prints and drops it: the drive went on, and its server with it."""
+
+    def __init__(self) -> None:
+        self.previous: Any = None
+        self.task: asyncio.Task[Any] | None = None
+        self.received = False
+
+    def __enter__(self) -> _DeferredSigterm:
+        if threading.current_thread() is threading.main_thread():
+            handler = signal.getsignal(signal.SIGTERM)
+            if callable(handler):
+                self.previous = handler
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+    async def guard(self, drive: Coroutine[Any, Any, DriveResult]) -> DriveResult:
+        self.task = asyncio.current_task()
+        if self.received:  # before the loop got going
+            drive.close()
+            raise asyncio.CancelledError
+        return await drive
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.received:  # a second SIGTERM: the handler's own way, at once
+            self.previous(signum, frame)
+            return
+        self.received = True
+        task = self.task
+        if task is not None and not task.done():
+            task.get_loop().call_soon_threadsafe(task.cancel)
+
+    def handle_deferred(self) -> None:
+        if self.received:
+            self.previous(signal.SIGTERM, None)
