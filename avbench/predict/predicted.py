@@ -310,7 +310,8 @@ def predict_run(req: PredictRequest) -> PredictResult:
             result.coverage[arm.name] = sum(
                 (s.coverage for s in sources if s.coverage is not None), Coverage()
             )
-    _write(store, result)
+    if result.rows:  # a refusal leaves the run's earlier predictions as they were
+        _write(store, result)
     return result
 
 

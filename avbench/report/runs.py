@@ -165,6 +165,13 @@ def _attribute(refits: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _of_run(rows: pd.DataFrame, run: Run) -> pd.DataFrame:
+    """A run's rows with its id, and its pair where a row was written without one (cells and
+    predictions from before rows named their pair)."""
+    pair = rows["pair"].fillna(run.pair) if "pair" in rows else run.pair
+    return rows.assign(pair=pair, run_id=run.run_id)
+
+
 def load_runs(paths: Sequence[Path]) -> RunSet:
     if not paths:
         raise AvbenchError("expected at least one run directory")
@@ -184,12 +191,10 @@ def load_runs(paths: Sequence[Path]) -> RunSet:
             fill_identity(list(store.finished_cells().values()), store.read_records)
         )
         if not cells.empty:
-            if "pair" not in cells:
-                cells["pair"] = run.pair
-            frames.append(cells.assign(run_id=run.run_id))
+            frames.append(_of_run(cells, run))
         rows = read_predicted(store.root)
         if rows:
-            predicted.append(pd.DataFrame(rows).assign(run_id=run.run_id, predicted=True))
+            predicted.append(_of_run(pd.DataFrame(rows), run).assign(predicted=True))
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     pred = pd.concat(predicted, ignore_index=True) if predicted else pd.DataFrame()
     profile_runs = _label_profiles(runs, [cells, pred])

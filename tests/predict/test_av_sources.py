@@ -22,7 +22,7 @@ import pytest
 from avbench.capture_protocol import CAPTURE_SUFFIX, capture_schema
 from avbench.inputs.suite import load_suite
 from avbench.loadgen.records import RequestRecord
-from avbench.predict.predicted import PredictRequest, predict_run
+from avbench.predict.predicted import COMPARED_FILE, PREDICTED_FILE, PredictRequest, predict_run
 from avbench.serving.capture import steps_path
 from avbench.store.run_store import RunStore
 
@@ -147,6 +147,7 @@ def test_an_av_prediction_from_no_captured_confidences_is_refused_in_one_line(tm
     assert {r["arm"] for r in res.rows} == {"static-k1", "static-k2"}
     (why,) = res.skipped
     assert why.startswith(f"av-k3: refused: {CELL}: no captured drafter confidences")
+    written = {f: (store.root / f).stat().st_mtime_ns for f in (PREDICTED_FILE, COMPARED_FILE)}
     out = subprocess.run(
         [sys.executable, "-m", "avbench.cli", "predict", str(store.root), "--arms", "av"],
         capture_output=True, text=True, timeout=300,
@@ -155,6 +156,7 @@ def test_an_av_prediction_from_no_captured_confidences_is_refused_in_one_line(tm
     (line,) = [x for x in out.stderr.splitlines() if x.startswith("error:")]  # vLLM may log too
     assert line.startswith("error: r1: nothing predicted: av-k3: refused: ")
     assert "Traceback" not in out.stderr
+    assert {f: (store.root / f).stat().st_mtime_ns for f in written} == written  # left alone
 
 
 def test_a_dspark_pair_with_a_head_is_predicted_from_its_scores_or_refused(tmp_path):

@@ -97,3 +97,17 @@ def test_an_adaptive_run_shows_each_verdict_with_what_it_rests_on(run_factory, t
     (store.root / "adaptive.json").write_text(json.dumps(state))
     md = write_report([store.root], static_figures=False).markdown.read_text()
     assert "not an adaptive state file (rounds.1.standings.0.margin: " in md
+
+
+def test_predicted_rows_without_a_pair_belong_to_their_runs_pair(run_factory, tmp_path):
+    store = run_factory(tmp_path, av_unsupported=True)
+    _predict(store, "av-k3", gain=1.2)
+    path = store.root / "predicted.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "pair"}) + "\n" for r in rows)
+    )
+    runs = load_runs([store.root])
+    (ans,) = answers(runs)  # written before predicted rows named their pair
+    assert any(d.verdict == "AV" for d in ans.pooled.decisions)
+    assert set(runs.with_predictions()["pair"]) == {rows[0]["pair"]}
