@@ -63,7 +63,6 @@ def install(say: Callable[[str], None] = lambda line: None) -> str | None:
         return "not the CPU platform"
     say(PROBE_LINE % os.getpid())
     try:
-        import vllm._C  # noqa: F401 - registers torch.ops._C, which the build's override calls
         from vllm.utils import cpu_triton_utils
     except ImportError as exc:
         return f"no CPU kernels to check ({exc})"
@@ -72,7 +71,15 @@ def install(say: Callable[[str], None] = lambda line: None) -> str | None:
         return "this build has no expand override"
     if stock is exact_expand:
         return None
-    if not build_is_broken(stock):
+    # The platform's loader registers torch.ops._C (which the override calls) from the library
+    # this CPU runs: vllm._C itself is the AVX-512 BF16 build, an illegal instruction on an
+    # AVX2-only CPU (SIGILL, the server gone before it was ready).
+    current_platform.import_kernels()
+    try:
+        broken = build_is_broken(stock)
+    except (AttributeError, RuntimeError) as exc:
+        return f"no CPU kernels to check ({exc})"
+    if not broken:
         return "this build's expand override writes float outputs"
     # The worker loads general plugins before the platform registers its overrides, which read
     # this attribute; a process that registered them already gets this one kernel re-registered.

@@ -45,8 +45,9 @@ def test_fractional_temperatures_survive():
 
 
 def test_the_installed_build_is_judged_by_what_its_override_writes():
-    import vllm._C  # noqa: F401 - the build's override calls torch.ops._C
+    from vllm.platforms import current_platform
 
+    current_platform.import_kernels()  # the build's override calls torch.ops._C
     stock = vllm_cpu._expand_kernel_impl
     if stock is exact_expand:
         pytest.skip("the fix is already installed in this process")
@@ -68,10 +69,10 @@ def test_install_routes_the_rejection_sampler_through_the_fix():
         "import torch\n"
         "from avbench.vllm_plugin.cpu_expand import install, build_is_broken\n"
         "from vllm.utils import cpu_triton_utils as c\n"
-        "import vllm._C\n"
+        "from vllm.platforms import current_platform\n"
+        "current_platform.import_kernels()\n"
         "broken = build_is_broken(c._expand_kernel_impl)\n"
         "why = install()\n"
-        "from vllm.platforms import current_platform\n"
         "current_platform.register_triton_kernel_overrides()\n"
         "from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens\n"
         "t = expand_batch_to_tokens(torch.tensor([0.7, 1.0]), torch.tensor([3, 5], dtype=torch.int32), 5)\n"
@@ -98,10 +99,11 @@ def test_install_is_inert_off_the_cpu_build_and_the_log_says_so(monkeypatch):
 
 @pytest.mark.slow
 def test_a_probe_that_kills_the_process_has_said_so_in_the_log_first():
-    """Native code avbench runs inside a server at start-up (this fix's probe: vllm._C and the
-    build's expand override) logs what it is about to do first, so a process it crashes is
-    never silent. The crash is stood in for: the probe raises SIGILL, as an instruction the CPU
-    lacks would (the exit seen once as -4 on every speculative T = 1 arm of a 2-core machine)."""
+    """Native code avbench runs inside a server at start-up (this fix's probe: the build's
+    kernels and its expand override) logs what it is about to do first, so a process it crashes
+    is never silent. The crash is stood in for: the probe raises SIGILL, as an instruction the
+    CPU lacks would (the probe once imported vllm._C, the AVX-512 library, directly: -4 on
+    every speculative T = 1 arm of an AVX2-only machine)."""
     import signal
     import subprocess
     import sys
