@@ -3,7 +3,7 @@
     python bench/predict_step_costs.py RUN [--source static-k3] [--arm static-k1 ...]
 
 Fits the predictor's step cost model (avbench/predict/step_costs.py) on RUN's source arm and
-baseline, exactly as `avbench predict` does, then for every (workload, concurrency) and each
+baseline, one per workload, exactly as `avbench predict` does, then for every (workload, concurrency) and each
 other static arm compares, on decode steps with the batch full (requests in the step = the
 concurrency), the median of each part measured on that arm with the source's median part
 repriced for it: the target's forward, the sampling, the drafting and the rest of the step
@@ -22,7 +22,7 @@ import pandas as pd
 
 from avbench.predict.model import step_times
 from avbench.predict.source import read_cell_steps
-from avbench.predict.step_costs import fit_step_costs, step_parts
+from avbench.predict.step_costs import fit_by_workload, step_parts
 from avbench.store.run_store import RunStore
 
 PARTS = ("forward", "sample", "draft", "rest")
@@ -49,8 +49,9 @@ def main() -> None:
     cells = store.cells_frame()
     k = int(args.source.rsplit("-k", 1)[1])
     source, baseline = _steps(store, cells, args.source), _steps(store, cells, "baseline")
-    costs = fit_step_costs(source, baseline, k)
-    print(f"fitted on {args.source} and the baseline; notes: {list(costs.notes) or 'none'}\n")
+    models = fit_by_workload(source, baseline, k)
+    notes = sorted({note for costs in models.values() for note in costs.notes})
+    print(f"fitted per workload on {args.source} and the baseline; notes: {notes or 'none'}\n")
     arms = args.arm or sorted(
         a for a in cells["arm"].unique() if a.startswith("static-") and a != args.source
     )
@@ -67,7 +68,7 @@ def main() -> None:
             theirs = theirs[theirs["workload"] == workload]
             if mine.empty or theirs.empty:
                 continue
-            delta = costs.delta(
+            delta = models[workload].delta(
                 np.array([n]), np.array([k * n]), np.array([kp * n]), np.array([k]), np.array([kp])
             )
             total_m = total_p = 0.0

@@ -39,7 +39,7 @@ from avbench.predict.source import (
     read_cell_steps,
     source_cell,
 )
-from avbench.predict.step_costs import fit_step_costs
+from avbench.predict.step_costs import fit_by_workload
 from avbench.predict.validate import compare
 from avbench.predict.vllm_av import DecisionCode, decision_code
 from avbench.store.artefacts import RunManifest
@@ -99,25 +99,30 @@ def _source_arm(store: RunStore, wanted: str | None) -> str:
     )
 
 
-def _pricing(store: RunStore, sources: list[SourceCell], code: DecisionCode) -> Pricing | None:
-    """Step costs and vLLM's cost tables from the source's and the baseline's steps; None when
-    none were timed."""
+def _pricing(
+    store: RunStore, sources: list[SourceCell], code: DecisionCode
+) -> dict[str, Pricing]:
+    """Per workload: step costs from that workload's source and baseline steps (step_costs'
+    docstring says why), vLLM's cost tables from all of them; empty when none were timed."""
     if not any(s.replay.timed for s in sources):
-        return None
+        return {}
     k = sources[0].replay.k
     baseline = arm_rows(store, "baseline")
     tables = fit_cost_tables(
         curve_steps(store, [s.row for s in sources] + baseline), k, code.build_cost_tables
     )
-    timed = [s.replay.steps for s in sources if s.replay.timed]
-    base = [step_times(f.sort_values("step", ignore_index=True)) for f in _baseline_steps(store, baseline)]  # fmt: skip
-    costs = fit_step_costs(pd.concat(timed), pd.concat(base) if base else pd.DataFrame(), k)
-    return Pricing(costs, tables)
+    timed = [s.replay.steps.assign(workload=s.row["workload"]) for s in sources if s.replay.timed]
+    base = [
+        step_times(f.sort_values("step", ignore_index=True)).assign(workload=r["workload"])
+        for r, f in _baseline_steps(store, baseline)
+    ]
+    costs = fit_by_workload(pd.concat(timed), pd.concat(base) if base else pd.DataFrame(), k)
+    return {w: Pricing(c, tables) for w, c in costs.items()}
 
 
-def _baseline_steps(store: RunStore, rows: list[dict]) -> list[pd.DataFrame]:
-    frames = [read_cell_steps(store, r["cell_id"]) for r in rows]
-    return [f for f in frames if f is not None and len(f)]
+def _baseline_steps(store: RunStore, rows: list[dict]) -> list[tuple[dict, pd.DataFrame]]:
+    frames = [(r, read_cell_steps(store, r["cell_id"])) for r in rows]
+    return [(r, f) for r, f in frames if f is not None and len(f)]
 
 
 def _row(source: SourceCell, arm: Arm, pred: Prediction, spec: dict | None, code: str) -> dict:
@@ -166,7 +171,8 @@ def _predict_arm(ctx: _Context, arm: Arm, policy: Policy) -> list[dict]:
         state = None
         if policy.kind == "av":
             state = states.setdefault(s.writer, AvState.cold(s.replay.k))
-        pred, _ = predict_cell(s.replay, ctx.pricing, policy, state, ctx.code)
+        pricing = ctx.pricing.get(s.row["workload"])
+        pred, _ = predict_cell(s.replay, pricing, policy, state, ctx.code)
         row = _row(s, arm, pred, ctx.spec(arm, policy.schedule), ctx.code.source)
         if policy.kind == "av" and s.coverage is not None:
             row |= s.coverage.to_row() | {"av_confidences": "head" if policy.head else "estimator"}
@@ -213,7 +219,7 @@ class _Context:
     store: RunStore
     manifest: RunManifest
     sources: list[SourceCell]
-    pricing: Pricing | None  # None: no step timings (acceptance alone)
+    pricing: dict[str, Pricing]  # per workload; empty: no step timings (acceptance alone)
     code: DecisionCode
 
     def spec(self, arm: Arm, schedule: Schedule | None) -> dict | None:

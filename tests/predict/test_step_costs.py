@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from avbench.predict.model import step_times
-from avbench.predict.step_costs import fit_step_costs
+from avbench.predict.step_costs import fit_by_workload, fit_step_costs
 
 K = 3
 PER_DRAFT, REST_EXCESS = 0.4, 0.6  # target forward per draft; the rest's speculative excess
@@ -16,17 +16,18 @@ PER_ROW, PER_ROW_SPEC = 0.1, 0.12  # a sampled row: plain, and in the speculativ
 FIRST_A, FIRST_B, FIRST_C = 2.0, 0.1, 0.08  # drafter forward: a + b per request + c per token
 
 
-def _drafter(n: int, tokens: int) -> float:
-    return FIRST_A + FIRST_B * n + FIRST_C * tokens
+def _drafter(n: int, tokens: int, context: float = 1.0) -> float:
+    return (FIRST_A + FIRST_B * n + FIRST_C * tokens) * context
 
 
 def _position_sample(n: int) -> float:
     return 0.5 + 0.05 * n
 
 
-def _steps(k: int, sizes: list[int]) -> pd.DataFrame:
+def _steps(k: int, sizes: list[int], context: float = 1.0) -> pd.DataFrame:
     """Back-to-back decode steps at each batch size (20 each), the parts as defined above; the
-    rest is whatever the next step's interval leaves after them."""
+    rest is whatever the next step's interval leaves after them. ``context`` scales the
+    drafter's forwards, as a workload's longer prompts do."""
     rows, t = [], 0
     for n in sizes:
         for _ in range(20):
@@ -37,10 +38,10 @@ def _steps(k: int, sizes: list[int]) -> pd.DataFrame:
                    "forward_ms": forward, "sample_ms": sample, "request_ids": ["r0"]}  # fmt: skip
             draft = 0.0
             if k:
-                first = _drafter(n, n * (k + 1))
+                first = _drafter(n, n * (k + 1), context)
                 ends = [first + _position_sample(n)]
                 for _ in range(k - 1):
-                    ends.append(ends[-1] + _drafter(n, n) + _position_sample(n))
+                    ends.append(ends[-1] + _drafter(n, n, context) + _position_sample(n))
                 draft = ends[-1] + 0.2
                 row |= {"draft_ms": draft, "draft_first_ms": first, "draft_pos_ms": ends}
             rows.append(row | {"busy": forward + sample + draft + rest})
@@ -103,3 +104,21 @@ def test_without_a_baseline_sampling_and_the_rest_stay_and_it_says_so():
     costs = fit_step_costs(_steps(K, SIZES), pd.DataFrame(), K)
     assert costs.sample_per_row == 0.0
     assert costs.notes == ("no baseline steps: sampling and the rest carried from the source",)
+
+
+def test_each_workload_is_priced_at_its_own_drafting_cost():
+    # Two workloads whose drafter forwards differ 2x (longer prompts, longer attention): one
+    # median per batch size over both would price K = 1's two dropped positions between them.
+    long_, short = _steps(K, SIZES, context=2.0), _steps(K, SIZES)
+    source = pd.concat([long_.assign(workload="long"), short.assign(workload="short")])
+    baseline = _steps(0, SIZES).assign(workload="short")  # "long" has no baseline: takes all
+    costs = fit_by_workload(source, baseline, K)
+    assert sorted(costs) == ["long", "short"]
+    n = np.array([4])
+    for workload, context in (("long", 2.0), ("short", 1.0)):
+        dropped = costs[workload].positions_ms(n, np.array([K])) - costs[workload].positions_ms(
+            n, np.array([1])
+        )
+        assert dropped == pytest.approx([2 * (_drafter(4, 4, context) + _position_sample(4))])
+        assert costs[workload].first_pass_per_draft == pytest.approx(0.75 * FIRST_C * context)
+        assert costs[workload].rest_excess.at(n) == pytest.approx([REST_EXCESS])
