@@ -88,6 +88,29 @@ def test_install_routes_the_rejection_sampler_through_the_fix():
         assert "writes float outputs" in rest
 
 
+@pytest.mark.slow
+def test_the_probe_loads_the_kernels_this_cpu_runs():
+    """vllm._C is the build's AVX-512 BF16 library: on an AVX2-only CPU importing it is an
+    illegal instruction (every speculative arm's server died, -4, before it was ready). In a
+    fresh interpreter told it has no AVX-512, the probe must load the library the platform picks
+    for such a CPU, never vllm._C."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "torch.cpu._is_avx512_supported = lambda: False\n"
+        "from avbench.vllm_plugin.cpu_expand import install\n"
+        "why = install()\n"
+        "print(why, 'vllm._C' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    why, loaded = out.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert loaded == "False", out.stdout
+    assert why in ("None", "this build's expand override writes float outputs"), out.stdout
+
+
 def test_install_is_inert_off_the_cpu_build_and_the_log_says_so(monkeypatch):
     from vllm.platforms import current_platform
 
