@@ -745,7 +745,10 @@ def _run_arm(
         run.fail(arm, cells, refused)
         return
     capture = arm_capture(run.store, opts, arm)
-    server = arm_server(opts.pair, arm, replace(_launch(run, opts, arm, capture), gpus=gpus))
+    # One session serves one repeat: each repeat's server samples with its own seed, so that
+    # requests without a seed of their own draw other tokens in each repeat (docs/measurement.md).
+    launch = replace(_launch(run, opts, arm, capture), gpus=gpus, seed=cells[0].repeat)
+    server = arm_server(opts.pair, arm, launch)
     on = f" on GPUs {gpus.cuda_visible_devices()}" if gpus.ids else ""
     run.reporter.arm_started(
         arm.name, f"starting vLLM on port {opts.port}{on} (log: {server.log_path})"

@@ -49,6 +49,16 @@ def test_static_arm_command(tiny):
     assert "enable_adaptive_verification" not in spec
 
 
+def test_each_repeat_samples_with_its_own_seed_unless_the_pair_sets_one(tiny):
+    # vLLM seeds every start with 0: without --seed a repeat's server replays its first's draws.
+    assert "--seed" not in build_command(tiny, Arm("static", 3), port=1)
+    cmd = build_command(tiny, Arm("static", 3), port=1, seed=1)
+    assert cmd[cmd.index("--seed") + 1] == "1"
+    pinned = tiny.model_copy(update={"serve_flags": [*tiny.serve_flags, "--seed", "7"]})
+    cmd = build_command(pinned, Arm("static", 3), port=1, seed=1)
+    assert cmd.count("--seed") == 1 and cmd[cmd.index("--seed") + 1] == "7"
+
+
 def test_baseline_has_no_speculation_and_av_enables_it(tiny):
     assert "--speculative-config" not in build_command(tiny, Arm("baseline"), port=1)
     spec = _spec(build_command(tiny, Arm("av", 3), port=1))
