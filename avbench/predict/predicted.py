@@ -99,9 +99,7 @@ def _source_arm(store: RunStore, wanted: str | None) -> str:
     )
 
 
-def _pricing(
-    store: RunStore, sources: list[SourceCell], code: DecisionCode
-) -> dict[str, Pricing]:
+def _pricing(store: RunStore, sources: list[SourceCell], code: DecisionCode) -> dict[str, Pricing]:
     """Per workload: step costs from that workload's source and baseline steps (step_costs'
     docstring says why), vLLM's cost tables from all of them; empty when none were timed."""
     if not any(s.replay.timed for s in sources):

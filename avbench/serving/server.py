@@ -242,10 +242,7 @@ def build_command(
     host: str = "127.0.0.1",
     python: str = sys.executable,
     sweep: Sweep | None = None,
-    seed: int | None = None,
 ) -> list[str]:
-    """``seed``: the engine's sampling seed (vLLM seeds every start with 0, so two servers given
-    the same requests in the same batches draw the same tokens); the pair's own ``--seed`` wins."""
     cmd = [python, "-m", VLLM_MODULE, "--model", str(pair.resolve(pair.target))]
     cmd += ["--served-model-name", pair.model_name, "--host", host, "--port", str(port)]
     if _imports_plugin(python):  # the route that empties the prefix cache before each cell
@@ -257,8 +254,6 @@ def build_command(
     if pair.data_parallel > 1:
         cmd += ["--data-parallel-size", str(pair.data_parallel)]
     cmd += list(pair.serve_flags)
-    if seed is not None and "--seed" not in pair.serve_flags:
-        cmd += ["--seed", str(seed)]
     backend = sweep.attention_backend_for(pair.name) if sweep else None
     if backend:
         cmd += ["--attention-backend", backend]
@@ -323,7 +318,15 @@ class Launch:
     ready_timeout_s: float | None = None  # None: the pair's
     cpu_seed_fix: bool = True  # False: the stock CPU build's seeded prefill rewind (build_env)
     gpus: GpuSet = GpuSet()  # the server's CUDA_VISIBLE_DEVICES; empty: what avbench sees
-    seed: int | None = None  # the engine's sampling seed (build_command); None: vLLM's default
+    seed: int | None = None  # the engine's sampling seed (seed_flags); None: vLLM's default
+
+
+def seed_flags(pair: Pair, seed: int | None) -> list[str]:
+    """The engine's sampling seed: vLLM seeds every start with 0, so two servers sent the same
+    requests in the same batches draw the same tokens. None, or a pair whose ``serve_flags``
+    set ``--seed``: nothing added."""
+    own = any(f == "--seed" or f.startswith("--seed=") for f in pair.serve_flags)
+    return [] if seed is None or own else ["--seed", str(seed)]
 
 
 def arm_server(pair: Pair, arm: Arm, launch: Launch) -> ServerProcess:
@@ -343,8 +346,7 @@ def arm_server(pair: Pair, arm: Arm, launch: Launch) -> ServerProcess:
         host=launch.host,
         python=launch.python,
         sweep=launch.sweep,
-        seed=launch.seed,
-    )
+    ) + seed_flags(pair, launch.seed)
     return ServerProcess(
         cmd=cmd,
         env=env,

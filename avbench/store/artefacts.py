@@ -88,7 +88,7 @@ class ArmEntry(_Open):
     name: str
     kind: str
     k: int = 0
-    command: list[str] | None = None  # repeat r's server adds --seed r (build_command)
+    command: list[str] | None = None  # repeat r's server adds --seed r (seed_flags)
     env: dict[str, str] | None = None
     capture: ArmCapture | None = None
     supported: bool | None = None

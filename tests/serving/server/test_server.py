@@ -16,7 +16,9 @@ from avbench.errors import ServerError, UnsupportedArm
 from avbench.inputs.suite import load_suite
 from avbench.plan.cells import Arm
 from avbench.serving.server import (
+    Launch,
     ServerProcess,
+    arm_server,
     build_command,
     build_env,
     check_arm_supported,
@@ -25,6 +27,7 @@ from avbench.serving.server import (
     probe_vllm,
     require_free_port,
     require_vllm,
+    seed_flags,
     wave_ports,
 )
 
@@ -49,14 +52,17 @@ def test_static_arm_command(tiny):
     assert "enable_adaptive_verification" not in spec
 
 
-def test_each_repeat_samples_with_its_own_seed_unless_the_pair_sets_one(tiny):
+def test_each_repeat_samples_with_its_own_seed_unless_the_pair_sets_one(tiny, tmp_path):
     # vLLM seeds every start with 0: without --seed a repeat's server replays its first's draws.
-    assert "--seed" not in build_command(tiny, Arm("static", 3), port=1)
-    cmd = build_command(tiny, Arm("static", 3), port=1, seed=1)
-    assert cmd[cmd.index("--seed") + 1] == "1"
-    pinned = tiny.model_copy(update={"serve_flags": [*tiny.serve_flags, "--seed", "7"]})
-    cmd = build_command(pinned, Arm("static", 3), port=1, seed=1)
-    assert cmd.count("--seed") == 1 and cmd[cmd.index("--seed") + 1] == "7"
+    def cmd(pair, seed):
+        return arm_server(pair, Arm("static", 3), Launch(1, tmp_path / "log", seed=seed)).cmd
+
+    assert "--seed" not in cmd(tiny, None)
+    assert cmd(tiny, 1)[cmd(tiny, 1).index("--seed") :][:2] == ["--seed", "1"]
+    for own in (["--seed", "7"], ["--seed=7"]):
+        pinned = tiny.model_copy(update={"serve_flags": [*tiny.serve_flags, *own]})
+        assert seed_flags(pinned, 1) == []
+        assert sum(a.startswith("--seed") for a in cmd(pinned, 1)) == 1
 
 
 def test_baseline_has_no_speculation_and_av_enables_it(tiny):
