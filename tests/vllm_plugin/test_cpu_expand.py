@@ -58,13 +58,20 @@ def test_the_installed_build_is_judged_by_what_its_override_writes():
     assert not build_is_broken(exact_expand)
 
 
+def _fresh(code: str) -> str:
+    """The last line ``code`` prints in a fresh interpreter, as in a server process."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
 @pytest.mark.slow
 def test_install_routes_the_rejection_sampler_through_the_fix():
     """In a fresh interpreter, as in a server process: the platform registers its overrides
     after the plugin (the worker's order) and vLLM's expansion then writes temperatures."""
-    import subprocess
-    import sys
-
     code = (
         "import torch\n"
         "from avbench.vllm_plugin.cpu_expand import install, build_is_broken\n"
@@ -78,10 +85,8 @@ def test_install_routes_the_rejection_sampler_through_the_fix():
         "t = expand_batch_to_tokens(torch.tensor([0.7, 1.0]), torch.tensor([3, 5], dtype=torch.int32), 5)\n"
         "print(broken, why, [round(x, 3) for x in t.tolist()])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    broken, rest = out.stdout.strip().splitlines()[-1].split(" ", 1)
-    assert rest.endswith("[0.7, 0.7, 0.7, 1.0, 1.0]"), out.stdout
+    broken, rest = _fresh(code).split(" ", 1)
+    assert rest.endswith("[0.7, 0.7, 0.7, 1.0, 1.0]"), rest
     if broken == "True":
         assert rest.startswith("None "), "the build is broken and the fix was not installed"
     else:
@@ -94,9 +99,6 @@ def test_the_probe_loads_the_kernels_this_cpu_runs():
     illegal instruction (every speculative arm's server died, -4, before it was ready). In a
     fresh interpreter told it has no AVX-512, the probe must load the library the platform picks
     for such a CPU, never vllm._C."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, torch\n"
         "torch.cpu._is_avx512_supported = lambda: False\n"
@@ -104,11 +106,9 @@ def test_the_probe_loads_the_kernels_this_cpu_runs():
         "why = install()\n"
         "print(why, 'vllm._C' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    why, loaded = out.stdout.strip().splitlines()[-1].rsplit(" ", 1)
-    assert loaded == "False", out.stdout
-    assert why in ("None", "this build's expand override writes float outputs"), out.stdout
+    why, loaded = _fresh(code).rsplit(" ", 1)
+    assert loaded == "False", why
+    assert why in ("None", "this build's expand override writes float outputs"), why
 
 
 def test_install_is_inert_off_the_cpu_build_and_the_log_says_so(monkeypatch):
