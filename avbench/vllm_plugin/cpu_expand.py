@@ -46,9 +46,9 @@ def build_is_broken(impl) -> bool:
 
 
 PROBE_LINE = (
-    "avbench: probing whether the " + PATCH_NAME + " fix is needed: importing vllm._C (the "
-    "CPU build's native kernels) and running its expand override once on 3 float32 values "
-    "(pid %d); should this process die now, the probe is the cause"
+    "avbench: probing whether the " + PATCH_NAME + " fix is needed: loading the native "
+    "kernels this CPU runs (vLLM's platform picks the build) and running its expand override "
+    "once on 3 float32 values (pid %d); should this process die now, the probe is the cause"
 )
 
 
