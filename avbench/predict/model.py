@@ -188,14 +188,27 @@ def _walk(lab: np.ndarray, k_at: np.ndarray, rho: float, rng) -> tuple[int, int,
     return steps, acc, drafted, drafting
 
 
-def _continue_rate(labels: list[np.ndarray]) -> float:
-    """P(a draft is accepted | the one before it was): what a never-drafted position (after a
-    fully accepted step) is taken to accept with."""
-    pairs = [(x[:-1], x[1:]) for x in labels if len(x) > 1]
-    prev = np.concatenate([a for a, _ in pairs]) if pairs else np.zeros(0)
-    nxt = np.concatenate([b for _, b in pairs]) if pairs else np.zeros(0)
-    known = (prev == 1) & (nxt >= 0)
-    return float((nxt[known] == 1).mean()) if known.any() else 0.5
+def continue_rate(labels: list[np.ndarray], run: int) -> float:
+    """P(a draft is accepted | the ``run`` drafts before it were): what a never-drafted
+    position (after a step that accepted all its K drafts) is taken to accept with, ``run`` =
+    K - 1, the longest run after which the source shows a drafted position. Acceptance comes
+    in stretches: on the wide CPU pair at K = 3 the rate after one accepted draft priced
+    K = 2's acceptance length 0.04-0.07 token short. A run seen under ``_MIN_CONTINUE_PAIRS``
+    times gives way to the next shorter; 0.5 where no pair was seen."""
+    for r in range(max(run, 1), 0, -1):
+        hits = seen = 0
+        for x in labels:
+            after = np.ones(max(len(x) - r, 0), dtype=bool)
+            for back in range(1, r + 1):
+                after &= x[r - back : len(x) - back] == 1
+            known = after & (x[r:] >= 0)
+            hits, seen = hits + int((x[r:][known] == 1).sum()), seen + int(known.sum())
+        if seen >= _MIN_CONTINUE_PAIRS or (r == 1 and seen):
+            return hits / seen
+    return 0.5
+
+
+_MIN_CONTINUE_PAIRS = 50
 
 
 def replay_fixed(
@@ -218,7 +231,7 @@ def replay_fixed(
     ev = cell.events.sort_values(["request_id", "step"], kind="stable")
     groups = list(ev.groupby("request_id", sort=False))
     labels = [position_labels(g["accepted"].to_numpy(int), g["scheduled"].to_numpy(int)) for _, g in groups]  # fmt: skip
-    rho, rng = _continue_rate(labels), np.random.default_rng(0)
+    rho, rng = continue_rate(labels, cell.k - 1), np.random.default_rng(0)
     parts, per_request = [], []
     for (rid, g), lab in zip(groups, labels, strict=True):
         spans = g["accepted"].to_numpy(int) + 1
@@ -262,7 +275,8 @@ def _finish(
     drafts = steps["drafts"].to_numpy(float)
     k_from = _drafted(cell)
     k_pred = np.where(k_from > 0, k_to, 0)
-    delta = costs.delta(n, drafts, verified, k_from, k_pred)
+    prefill = steps["tokens"].to_numpy() > n + drafts
+    delta = costs.delta(n, drafts, verified, k_from, k_pred, prefill)
     # A step that also prefilled verified drafts of fewer requests than its batch: its repeats
     # are decode steps of the whole batch, at the drafts per request predicted for it.
     kept = np.divide(verified, drafts, out=np.zeros_like(drafts), where=drafts > 0)

@@ -1,12 +1,16 @@
 """An engine step's time, part by part, as its batch and its drafts change.
 
 Fitted on the captured steps of the source arm (static K) and of the baseline, decode steps
-only (no prefill in the batch), as medians per batch size n, linear between the sizes seen:
+(no prefill in the batch) as medians per batch size n, linear between the sizes seen, and the
+source's prefilling steps for the one price that differs there:
 
 - **target forward**: the baseline's forward at n tokens plus ``forward_per_draft(n)`` per
   draft token in the forward, the source's excess over the baseline at the same batch spread
   over its K·n drafts (at a fixed batch the forward is close to linear in the drafts per
   request: on the wide CPU pair K = 1 and 2 read off K = 3 and the baseline land within 4%);
+  in a step that also prefills a prompt a draft costs ``prefill_per_draft`` instead, regressed
+  on the source's prefilling steps (a forward over hundreds of tokens: 1.5-1.7 ms a token
+  there against 1.1-1.2 in decode steps on the wide CPU pair);
 - **sampling**: ``sample_per_row`` per draft row verified. The speculative sampler's slope over
   n at K, spread over K + 1 rows per request, bounds the cost of a row from above (it also
   holds any per-request part); the baseline's cost per logits row was meant to bound it from
@@ -109,6 +113,9 @@ class StepCosts:
     positions: tuple[PerBatch, ...]  # the cost of draft position j (index j - 1)
     decode_work: PerBatch  # the source's work per decode step (no prefill in the batch)
     notes: tuple[str, ...] = ()
+    # A draft's forward in a step that also prefills, and that price's 95% half-width (None:
+    # too few such steps; priced as in a decode step of the batch)
+    prefill_per_draft: tuple[float, float] | None = None
 
     def repeat_ms(self, n, verified, k_to) -> np.ndarray:
         """A decode step of n requests verifying ``verified`` drafts and drafting ``k_to``
@@ -130,9 +137,10 @@ class StepCosts:
         change = per_draft * (d_to - d_from)
         return change / 2, np.abs(change) / 2
 
-    def delta(self, n, d_from, d_to, k_from, k_to) -> PartDelta:
+    def delta(self, n, d_from, d_to, k_from, k_to, prefill=None) -> PartDelta:
         """Each part's change when a step of n requests verifies ``d_to`` drafts instead of
-        ``d_from`` and drafts ``k_to`` positions instead of ``k_from`` (arrays over steps)."""
+        ``d_from`` and drafts ``k_to`` positions instead of ``k_from`` (arrays over steps;
+        ``prefill``: which steps also prefill a prompt, their drafts' forward priced apart)."""
         n, d_from, d_to = (np.asarray(x, dtype=float) for x in (n, d_from, d_to))
         rest, half = self._rest(n, d_from, d_to)
         first_half = self.first_pass_per_draft / 3 * np.abs(d_to - d_from)
@@ -140,12 +148,17 @@ class StepCosts:
         draft = self.first_pass_per_draft * (d_to - d_from) + (
             self.positions_ms(n, k_to) - self.positions_ms(n, k_from)
         )
+        per_draft, per_draft_half = self.forward_per_draft.at(n), np.zeros_like(n)
+        if prefill is not None and self.prefill_per_draft is not None:
+            price, price_half = self.prefill_per_draft
+            per_draft = np.where(prefill, price, per_draft)
+            per_draft_half = np.where(prefill, price_half, 0.0)
         return PartDelta(
-            forward=self.forward_per_draft.at(n) * (d_to - d_from),
+            forward=per_draft * (d_to - d_from),
             sample=self.sample_per_row * (d_to - d_from),
             draft=draft,
             rest=rest,
-            unidentified=half + first_half + sample_range,
+            unidentified=half + first_half + sample_range + per_draft_half * np.abs(d_to - d_from),
         )
 
 
@@ -160,6 +173,33 @@ def step_parts(steps: pd.DataFrame) -> pd.DataFrame:
         draft=draft,
         rest=dec["work_ms"] - dec["forward_ms"] - dec["sample_ms"] - draft,
     )
+
+
+def _prefill_per_draft(source: pd.DataFrame, k: int) -> tuple[float, float] | None:
+    """A draft token's forward (ms) in the source's steps that also prefill a prompt, and its
+    95% half-width: the forward regressed on the prompt tokens (and their square: attention
+    over a prompt grows with it) and the decoding requests' tokens (K + 1 per request that
+    drafted), one pass trimming steps beyond 3 MADs (a stalled core). None: under
+    ``_MIN_PREFILL_STEPS`` such steps."""
+    pre = source[(source["tokens"] > source["n_reqs"] + source["drafts"]) & (source["drafts"] > 0)]
+    if len(pre) < _MIN_PREFILL_STEPS:
+        return None
+    decoding = pre["drafts"].to_numpy(float) * (k + 1) / k
+    prompt = pre["tokens"].to_numpy(float) - decoding
+    x = np.column_stack([np.ones(len(pre)), prompt, prompt**2, decoding])
+    y = pre["forward_ms"].to_numpy(float)
+    keep = np.isfinite(y)
+    for _ in range(2):
+        coef, *_ = np.linalg.lstsq(x[keep], y[keep], rcond=None)
+        resid = y - x @ coef
+        mad = np.median(np.abs(resid[keep] - np.median(resid[keep])))
+        keep = np.isfinite(y) & (np.abs(resid) <= 3 * 1.4826 * mad + 1e-9)
+    dof = max(int(keep.sum()) - x.shape[1], 1)
+    var = float(resid[keep] @ resid[keep]) / dof * np.linalg.pinv(x[keep].T @ x[keep])[3, 3]
+    return max(float(coef[3]), 0.0), 1.96 * float(np.sqrt(max(var, 0.0)))
+
+
+_MIN_PREFILL_STEPS = 30
 
 
 def _slope(curve: PerBatch, n_max: int) -> float:
@@ -244,9 +284,13 @@ def fit_step_costs(source: pd.DataFrame, baseline: pd.DataFrame, k: int) -> Step
         first_per, why = _first_pass_per_draft(src, positions, k, n_max)
         if why:
             notes.append(why)
+    prefill = _prefill_per_draft(source, k)
+    if prefill is None and (source["tokens"] > source["n_reqs"] + source["drafts"]).any():
+        notes.append("too few steps that prefill: their drafts priced as in a decode step")
     return StepCosts(
-        k, per_draft, per_row, row_range, excess, first_per, tuple(positions), work_k, tuple(notes)
-    )
+        k, per_draft, per_row, row_range, excess, first_per, tuple(positions), work_k,
+        tuple(notes), prefill,
+    )  # fmt: skip
 
 
 def fit_by_workload(source: pd.DataFrame, baseline: pd.DataFrame, k: int) -> dict[str, StepCosts]:

@@ -14,6 +14,7 @@ from avbench.predict.model import (
     CellReplay,
     Policy,
     Pricing,
+    continue_rate,
     position_labels,
     predict_cell,
     step_times,
@@ -79,6 +80,17 @@ def test_position_labels_lay_verify_events_on_output_positions():
     # accepted 3 of 3 (then the bonus: never drafted), 1 of 3 (then a rejection), 0 of 3.
     lab = position_labels(np.array([3, 1, 0]), np.array([3, 3, 3]))
     assert lab.tolist() == [1, 1, 1, -1, 1, 0, 0]
+
+
+def test_a_never_drafted_position_continues_at_the_rate_after_the_longest_run_seen():
+    # 20 times: a stretch of four accepted drafts, then a lone one. After one accepted draft
+    # the next is accepted 3 times in 5, after two 2 in 3 (60 pairs), after three 1 in 2 but
+    # seen 40 times only: too few, the rate after two stands.
+    labels = [np.array([0, 1, 1, 1, 1, 0, 1, 0] * 20, dtype=np.int8)]
+    assert continue_rate(labels, 1) == pytest.approx(3 / 5)
+    assert continue_rate(labels, 2) == pytest.approx(2 / 3)
+    assert continue_rate(labels, 3) == pytest.approx(2 / 3)
+    assert continue_rate([np.array([1, -1, 0], dtype=np.int8)], 2) == 0.5  # no pair known
 
 
 def test_static_replay_walks_the_positions_and_reprices_the_steps():

@@ -122,3 +122,48 @@ def test_each_workload_is_priced_at_its_own_drafting_cost():
         assert dropped == pytest.approx([2 * (_drafter(4, 4, context) + _position_sample(4))])
         assert costs[workload].first_pass_per_draft == pytest.approx(0.75 * FIRST_C * context)
         assert costs[workload].rest_excess.at(n) == pytest.approx([REST_EXCESS])
+
+
+PREFILL_PER_DRAFT = 1.5  # a draft's forward when a prompt is prefilled in the same step
+
+
+def _with_prefills(k: int, stalled: bool = False) -> pd.DataFrame:
+    """Decode steps at each size, then steps that also prefill a prompt: the forward grows with
+    the prompt's tokens (and their square) and with the decoding requests' K + 1 tokens each,
+    a draft there costing PREFILL_PER_DRAFT / (K + 1) * (K + 1) = its own price. ``stalled``:
+    one of them took ten times as long (a core taken away)."""
+    decode = _steps(k, SIZES)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(60):
+        prompt, decoding = int(rng.integers(20, 400)), int(rng.integers(1, 9))
+        tokens = prompt + decoding * (k + 1)
+        forward = 30.0 + 2.0 * prompt + 0.001 * prompt**2 + PREFILL_PER_DRAFT * decoding * (k + 1)
+        rows.append({"step": 1000 + i, "n_reqs": decoding + 1, "tokens": tokens,
+                     "drafts": k * decoding, "forward_ms": forward * (10 if stalled and i == 7 else 1),
+                     "sample_ms": 1.0, "work_ms": forward + 2.0})  # fmt: skip
+    return pd.concat([decode, pd.DataFrame(rows)], ignore_index=True)
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_a_draft_in_a_step_that_prefills_gets_the_price_regressed_there(stalled):
+    costs = fit_step_costs(_with_prefills(K, stalled), _steps(0, SIZES), K)
+    assert costs.prefill_per_draft is not None
+    price, half = costs.prefill_per_draft
+    assert price == pytest.approx(PREFILL_PER_DRAFT, abs=1e-6)
+    assert half == pytest.approx(0.0, abs=1e-6)
+    n, measured, predicted = np.array([4, 4]), np.array([K * 4] * 2), np.array([4, 4])
+    part = costs.delta(n, measured, predicted, np.array([K] * 2), np.array([1] * 2),
+                       np.array([False, True]))  # fmt: skip
+    # The decode step keeps the decode steps' price, the prefilling one takes its own.
+    assert part.forward == pytest.approx([-PER_DRAFT * 8, -PREFILL_PER_DRAFT * 8])
+
+
+def test_without_enough_steps_that_prefill_their_drafts_are_priced_as_decode_and_it_says_so():
+    few = _with_prefills(K).iloc[: len(SIZES) * 20 + 5]
+    costs = fit_step_costs(few, _steps(0, SIZES), K)
+    assert costs.prefill_per_draft is None
+    assert costs.notes == ("too few steps that prefill: their drafts priced as in a decode step",)
+    part = costs.delta(np.array([4]), np.array([12]), np.array([4]), np.array([K]),
+                       np.array([1]), np.array([True]))  # fmt: skip
+    assert part.forward == pytest.approx([-PER_DRAFT * 8])
