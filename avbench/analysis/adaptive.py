@@ -11,6 +11,10 @@ Here, per concurrency of one view (all workloads pooled, as the recommendation d
   carries no interval; a measured option's is the larger of its repeat spread and
   ``Uncertainty.single`` (the noise of one cell, which a single repeat cannot show), over the
   square root of its repeats (the option is the mean of its interleaved repeats);
+- ``single`` is a floor the run itself raises (``Uncertainty.learned``): once options were
+  measured twice or more, one cell's noise is at least the median of their repeat spreads. A
+  2-core machine shared with other tenants moved one cell 19% between server starts, where
+  5% had called a verdict decided on a single cell;
 - the winner is the option with the highest throughput (ties to the smaller K, as recommend
   decides);
 - another option ties with it when the winner's lead is inside the 95% interval of the
@@ -27,7 +31,7 @@ Here, per concurrency of one view (all workloads pooled, as the recommendation d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pandas as pd
@@ -43,6 +47,17 @@ class Uncertainty:
 
     predicted: float = 0.10
     single: float = 0.05
+
+    def learned(self, view: pd.DataFrame) -> Uncertainty:
+        """``single`` raised to the median repeat spread of the measured options of ``view``
+        (pooled points) that have two repeats or more."""
+        measured = view[view["arm_kind"].isin(OPTION_KINDS) & view["y"].notna()]
+        if "predicted" in measured:
+            measured = measured[~measured["predicted"].fillna(False).astype(bool)]
+        spreads = measured.loc[measured["repeats"].fillna(1) >= 2, "y_spread"].dropna()
+        if spreads.empty:
+            return self
+        return replace(self, single=max(self.single, float(spreads.median())))
 
     def of(self, option: Option) -> float:
         if option.predicted:
@@ -91,6 +106,7 @@ class Standing:
     state: State
     wanted: tuple[Wanted, ...]  # empty unless state is "measure" or "repeat"
     margin: float | None  # winner's lead over the best other option, relative
+    cell_noise: float = 0.0  # one measured cell's half-width in effect (Uncertainty.learned)
 
     @property
     def verdict(self) -> str:
@@ -155,14 +171,16 @@ def standing(at: pd.DataFrame, concurrency: int, unc: Uncertainty, max_repeats: 
     best_other = max((o.tput for o in others), default=None)
     margin = None if not best_other else (winner.tput - best_other) / best_other
     if not reach:
-        return Standing(concurrency, winner, (), "decided", (), margin)
+        return Standing(concurrency, winner, (), "decided", (), margin, unc.single)
     state, wanted = _wanted([winner, *reach], concurrency, max_repeats)
-    return Standing(concurrency, winner, tuple(reach), state, wanted, margin)
+    return Standing(concurrency, winner, tuple(reach), state, wanted, margin, unc.single)
 
 
 def standings(view: pd.DataFrame, unc: Uncertainty, max_repeats: int) -> list[Standing]:
-    """Every closed-loop concurrency's standing, ascending (open-loop rates take no part)."""
+    """Every closed-loop concurrency's standing, ascending (open-loop rates take no part), with
+    one cell's noise learned from the whole view's repeats."""
     closed = view[view["concurrency"].notna()]
+    unc = unc.learned(closed)
     return [
         standing(closed[closed["concurrency"] == c], int(c), unc, max_repeats)
         for c in sorted(closed["concurrency"].unique())

@@ -205,6 +205,14 @@ class SweepRequest(Request):
         float | None,
         Opt("--budget-s", help="--adaptive: stop before spending more server-seconds"),
     ] = None
+    cell_noise: Annotated[
+        float | None,
+        Opt(
+            "--cell-noise",
+            help="--adaptive: one measured cell's relative 95% half-width until the run's "
+            "repeats show more (default 0.05; bench/compare_noise.py measures a machine's)",
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepRequest:
@@ -238,6 +246,10 @@ class SweepRequest(Request):
             )
         if not self.adaptive and (self.budget_cells is not None or self.budget_s is not None):
             raise ValueError("--budget-cells and --budget-s bound an --adaptive sweep")
+        if self.cell_noise is not None and not (self.adaptive and 0 < self.cell_noise < 1):
+            raise ValueError(
+                f"--cell-noise {self.cell_noise}: expected a fraction in (0, 1), with --adaptive"
+            )
         if self.sequential() is not None and self.requests is not None:
             raise ValueError(
                 "--requests fixes the request count of a cell; a sequential cell is bounded "
@@ -421,6 +433,7 @@ def _adaptive(
     req: SweepRequest, secret: SecretStr | None, reporter: RichReporter, console: Console
 ) -> None:
     """--adaptive, or --resume of an adaptive run: the rounds, then each verdict's standing."""
+    from avbench.analysis.adaptive import Uncertainty
     from avbench.run.adaptive import AdaptivePolicy, adaptive_sweep, resume_adaptive
     from avbench.run.progress import standings_table
 
@@ -431,7 +444,8 @@ def _adaptive(
         )
     else:
         opts = _options(req, secret)
-        policy = AdaptivePolicy(budget_cells=req.budget_cells, budget_s=req.budget_s)
+        noise = Uncertainty() if req.cell_noise is None else Uncertainty(single=req.cell_noise)
+        policy = AdaptivePolicy(noise, budget_cells=req.budget_cells, budget_s=req.budget_s)
         done = adaptive_sweep(opts, policy, reporter)
     reporter.close()
     console.print(standings_table(done.standings))

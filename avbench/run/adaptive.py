@@ -206,6 +206,7 @@ def _describe(standing: Standing) -> dict:
         "contenders": [o.arm for o in standing.contenders],
         "predicted": [o.arm for o in (standing.winner, *standing.contenders) if o.predicted],
         "rests_on_prediction": standing.rests_on_prediction,
+        "cell_noise": standing.cell_noise,
     }
 
 

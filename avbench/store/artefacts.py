@@ -285,6 +285,7 @@ class AdaptiveStandingEntry(_Open):
     contenders: list[str] = []
     predicted: list[str] = []  # which of the winner and contenders are predictions
     rests_on_prediction: bool = False
+    cell_noise: float | None = None  # one measured cell's half-width the standing used
 
 
 class AdaptiveRound(_Open):

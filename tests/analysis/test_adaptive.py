@@ -141,3 +141,20 @@ def test_a_lead_beyond_the_difference_interval_is_decided_though_the_intervals_o
     assert (s.verdict, s.state, s.contenders) == ("static K=3", "decided", ())
     (s,) = standings(_points(cell("static-k3", 2, 100), cell("static-k1", 2, 94)), UNC, 2)
     assert s.state == "repeat"  # a lead of 6 is not
+
+
+def test_one_cells_noise_is_raised_to_the_runs_median_repeat_spread(cell):
+    c2 = (cell("baseline", 2, 100), cell("static-k3", 2, 90))
+    (alone,) = standings(_points(*c2), UNC, max_repeats=2)
+    # a lead of 10 against hypot(5, 4.5) = 6.7 at the 5% floor: decided on single cells.
+    assert (alone.state, alone.cell_noise) == ("decided", 0.05)
+    # c = 1 measured twice shows the machine: spreads 20/90 and 1/60.5, median 11.9%.
+    c1 = (cell("baseline", 1, [100, 80]), cell("static-k3", 1, [60, 61]))
+    s1, s2 = standings(_points(*c1, *c2), UNC, max_repeats=2)
+    assert s2.cell_noise == pytest.approx((20 / 90 + 1 / 60.5) / 2)
+    # hypot(100, 90) * 11.9% = 16.1 >= 10: a tie now, both single cells repeated.
+    assert s2.state == "repeat" and {w.arm for w in s2.wanted} == {"baseline", "static-k3"}
+    assert s1.state == "decided"  # 29.5 ahead: beyond any of it
+    # A floor already above what the repeats show stays.
+    (s,) = standings(_points(*c1[:1]), Uncertainty(single=0.3), 2)
+    assert s.cell_noise == 0.3

@@ -148,6 +148,8 @@ OPTIONS = [
     Bad((*SWEEP, "--isolate", "fast"), "--isolate: arm name 'fast'"),
     Bad((*SWEEP, "--gpus", "0", "--ray", "local"), "--gpus and --ray: Ray gives each arm its GPUs"),
     Bad((*SWEEP, "--adaptive", "--ray", "local"), "--ray runs a planned sweep's arms"),
+    Bad((*SWEEP, "--cell-noise", "0.1"), "--cell-noise 0.1: expected a fraction in (0, 1), with"),
+    Bad((*SWEEP, "--adaptive", "--cell-noise", "0"), "--cell-noise 0.0: expected a fraction"),
     Bad((*SWEEP, "--capture-dir", "{tmp}"), "--capture-dir {tmp}: expected the existing directory"),
     Bad((*SWEEP, "--workloads", "nope"), "unknown workload 'nope'"),
     Bad((*SWEEP, "--workloads", "gsm8k-tiny,gsm8k-tiny"), "workloads lists gsm8k-tiny more"),
