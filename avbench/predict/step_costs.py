@@ -179,23 +179,24 @@ def _prefill_per_draft(source: pd.DataFrame, k: int) -> tuple[float, float] | No
     """A draft token's forward (ms) in the source's steps that also prefill a prompt, and its
     95% half-width: the forward regressed on the prompt tokens (and their square: attention
     over a prompt grows with it) and the decoding requests' tokens (K + 1 per request that
-    drafted), one pass trimming steps beyond 3 MADs (a stalled core). None: under
-    ``_MIN_PREFILL_STEPS`` such steps."""
+    drafted), refitted once without the steps beyond three robust standard deviations (a
+    stalled core). None: under ``_MIN_PREFILL_STEPS`` such steps."""
     pre = source[(source["tokens"] > source["n_reqs"] + source["drafts"]) & (source["drafts"] > 0)]
     if len(pre) < _MIN_PREFILL_STEPS:
         return None
     decoding = pre["drafts"].to_numpy(float) * (k + 1) / k
-    prompt = pre["tokens"].to_numpy(float) - decoding
+    prompt = (pre["tokens"].to_numpy(float) - decoding) / 1000.0  # thousands: a sane scale
     x = np.column_stack([np.ones(len(pre)), prompt, prompt**2, decoding])
     y = pre["forward_ms"].to_numpy(float)
     keep = np.isfinite(y)
-    for _ in range(2):
-        coef, *_ = np.linalg.lstsq(x[keep], y[keep], rcond=None)
-        resid = y - x @ coef
-        mad = np.median(np.abs(resid[keep] - np.median(resid[keep])))
-        keep = np.isfinite(y) & (np.abs(resid) <= 3 * 1.4826 * mad + 1e-9)
+    coef, *_ = np.linalg.lstsq(x[keep], y[keep], rcond=None)
+    resid = y - x @ coef
+    mad = np.median(np.abs(resid[keep] - np.median(resid[keep])))
+    keep &= np.abs(resid) <= 3 * 1.4826 * mad + 1e-9
+    coef, *_ = np.linalg.lstsq(x[keep], y[keep], rcond=None)
+    resid = (y - x @ coef)[keep]
     dof = max(int(keep.sum()) - x.shape[1], 1)
-    var = float(resid[keep] @ resid[keep]) / dof * np.linalg.pinv(x[keep].T @ x[keep])[3, 3]
+    var = float(resid @ resid) / dof * np.linalg.pinv(x[keep].T @ x[keep])[3, 3]
     return max(float(coef[3]), 0.0), 1.96 * float(np.sqrt(max(var, 0.0)))
 
 
