@@ -65,7 +65,7 @@ def install(say: Callable[[str], None] = lambda line: None) -> str | None:
     try:
         from vllm.utils import cpu_triton_utils
     except ImportError as exc:
-        return f"no CPU kernels to check ({exc})"
+        return f"this build has no CPU kernel overrides ({exc})"
     stock = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
     if stock is None:
         return "this build has no expand override"
