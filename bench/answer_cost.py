@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from avbench.analysis.adaptive import Uncertainty, standings
+from avbench.analysis.adaptive import Standing, Uncertainty, standings
 from avbench.analysis.points import POOLED, build_points
 
 
@@ -54,23 +54,34 @@ def _seconds(start: str, end: str) -> float:
     return (pd.Timestamp(end) - pd.Timestamp(start)).total_seconds()
 
 
-def _fixed(run: Path) -> tuple[float, int, dict[int, str]]:
+def _fixed(run: Path) -> tuple[float, int, dict[int, Standing]]:
     m = json.loads((run / "manifest.json").read_text())
     rows = [json.loads(x) for x in (run / "cells.jsonl").read_text().splitlines() if x]
     points = build_points(pd.DataFrame(rows))
     view = points[points["workload"] == POOLED]
-    verdicts = {s.concurrency: s.verdict for s in standings(view, Uncertainty(), 2)}
+    verdicts = {s.concurrency: s for s in standings(view, Uncertainty(), 2)}
     return _seconds(m["started_at"], m["ended_at"]), len(rows), verdicts
 
 
 def _rounds_to_decide(rounds: list[dict], concurrency: int) -> int | None:
-    """The rounds measured when the concurrency's verdict first stood decided (1: round 0
-    decided it; None: never). A record's standings are those after the rounds before it."""
+    """The rounds measured when the concurrency's verdict stood decided for good (1: round 0
+    decided it; None: it did not end decided). A record's standings are those after the
+    rounds before it; a verdict the run's learned noise reopened counts from its new decision."""
+    decided = None
     for r in rounds:
         for s in r.get("standings", []):
-            if s["concurrency"] == concurrency and s["state"] == "decided":
-                return int(r["round"])
-    return None
+            if s["concurrency"] == concurrency:
+                decided = (decided or int(r["round"])) if s["state"] == "decided" else None
+    return decided
+
+
+def _agree(fixed: Standing, verdict: str) -> str:
+    """yes; a tie (the fixed protocol itself leaves the verdict inside noise, and the adaptive
+    one picked one of the options it could not order); or NO."""
+    if verdict == fixed.verdict:
+        return "yes"
+    tied = {o.verdict for o in fixed.contenders}
+    return "tie" if fixed.state != "decided" and verdict in tied else "NO"
 
 
 def _adaptive(run: Path) -> tuple[float, int, dict[int, tuple[str, str, bool, int | None]]]:
@@ -111,21 +122,26 @@ def main() -> None:
         f"\nadaptive / fixed: {a_s / f_s:.2f}x the server-seconds, {a_cells / f_cells:.2f}x the cells\n"
     )
     print(
-        "| c | fixed verdict | adaptive verdict | adaptive standing | rounds measured to decide "
-        "| rests on a prediction | agree |"
+        "| c | fixed verdict | fixed standing | adaptive verdict | adaptive standing | rounds "
+        "measured to decide | rests on a prediction | agree |"
     )
-    print("|---:|---|---|---|---:|---|---|")
-    agree = later = 0
+    print("|---:|---|---|---|---|---:|---|---|")
+    agree = ties = later = 0
     for c in sorted(f_verdicts):
         verdict, state, predicted, decided = a_verdicts.get(c, ("-", "-", False, None))
-        same = verdict == f_verdicts[c]
-        agree += same
+        fixed = f_verdicts[c]
+        same = _agree(fixed, verdict)
+        agree, ties = agree + (same == "yes"), ties + (same == "tie")
         later += decided is not None and decided > 1
         print(
-            f"| {c} | {f_verdicts[c]} | {verdict} | {state} | {decided or '-'} "
-            f"| {'yes' if predicted else 'no'} | {'yes' if same else 'NO'} |"
+            f"| {c} | {fixed.verdict} | {fixed.state} ({fixed.margin or 0:+.1%}) | {verdict} "
+            f"| {state} | {decided or '-'} | {'yes' if predicted else 'no'} | {same} |"
         )
-    print(f"\n{agree} of {len(f_verdicts)} verdicts agree; {later} decided after round 0")
+    print(
+        f"\n{agree} of {len(f_verdicts)} verdicts agree, {ties} more where the fixed protocol "
+        f"leaves a tie the adaptive one resolved to one of its options; {later} decided after "
+        "round 0"
+    )
 
 
 if __name__ == "__main__":
