@@ -189,7 +189,8 @@ def test_avbench_killed_mid_wave_takes_every_arm_and_server_with_it(tmp_path):
     sweep.kill()
     sweep.wait()
     deadline = time.monotonic() + 30
-    while any(proc_stat(p) is not None and proc_stat(p)[0] != "Z" for p in below):
+    # One read per process: it may be reaped between two.
+    while any((stat := proc_stat(p)) is not None and stat[0] != "Z" for p in below):
         assert time.monotonic() < deadline, "an arm or its server outlived avbench"
         time.sleep(0.2)
     stored = cells.read_text()
