@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from avbench.analysis.points import POOLED, build_points
 from avbench.predict.predicted import PredictRequest, predict_run
 from avbench.report.tables import prediction_table
 
@@ -101,8 +102,9 @@ def _best_arms(run: Path, predicted: list[dict]) -> None:
     pred = pd.DataFrame(predicted)
     pred = pred[pred["arm_kind"] == "static"]
     keys = ["workload", "concurrency", "arm"]
-    tput = cells.groupby(keys)["output_tok_s_per_gpu"]
-    measured, spread = tput.mean(), (tput.max() - tput.min()) / tput.mean()
+    points = build_points(cells)
+    points = points[points["workload"] != POOLED].set_index(keys)
+    measured, spread = points["y"], points["y_spread"].fillna(0.0)  # one repeat: no spread
     predicted_arms = set(pred["arm"])
     as_predicted = pd.concat([
         measured[~measured.index.get_level_values("arm").isin(predicted_arms)],
