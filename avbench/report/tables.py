@@ -209,6 +209,13 @@ def recommendation_text(rec: Recommendation, deploy: dict[str, dict | None]) -> 
             f"vLLM keeps the last range's K for larger batches): "
             f"`{json.dumps(rec.deploy_schedule)}`."
         )
+        if any(k == 0 for _, _, k in rec.deploy_schedule):
+            lines.append(
+                "A K 0 range is not a server without speculation: vLLM still runs the "
+                "drafter's first pass over each step's new tokens there (docs/answer.md); "
+                "`avbench predict --schedule` prices it from a captured arm, a dyn arm "
+                "measures it."
+            )
     for name, cfg in deploy.items():
         if cfg is not None:
             lines += ["", f"Deploy {name}:", "", f"    --speculative-config '{json.dumps(cfg)}'"]

@@ -2,6 +2,7 @@ import pytest
 
 from avbench.analysis.points import POOLED
 from avbench.analysis.recommend import recommend
+from avbench.report.tables import recommendation_text
 
 
 def _rec(p, scope="w"):
@@ -109,3 +110,16 @@ def test_a_burst_delivered_option_keeps_its_verdict_with_the_caveat(points, cell
     assert note.startswith("burst-delivered streams (static-k3 31% in one burst)")
     # At the threshold itself a cell is not suspect.
     assert d4.burst_delivered == () and not any("burst" in n for n in d4.notes)
+
+
+def test_a_deploy_schedule_with_a_k0_range_says_it_is_not_the_baseline(points, cell):
+    p = points(
+        cell("baseline", 1, [50, 50]), cell("static-k3", 1, [90, 91]),
+        cell("baseline", 64, [2000, 2000]), cell("static-k3", 64, [1500, 1500]),
+    )  # fmt: skip
+    rec = _rec(p)
+    assert rec.deploy_schedule == [(1, 8, 3), (9, 64, 0)]
+    text = recommendation_text(rec, {})
+    assert "A K 0 range is not a server without speculation" in text
+    everywhere = _rec(points(cell("baseline", 1, [50, 50]), cell("static-k3", 1, [90, 91])))
+    assert "A K 0 range" not in recommendation_text(everywhere, {})
