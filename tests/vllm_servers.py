@@ -63,11 +63,27 @@ def _is_server(pid: int) -> bool:
     )
 
 
-def vllm_servers_below(root: int) -> set[int]:
-    """Pids of the vLLM API servers among ``root``'s descendants."""
+def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid, ppid in _ppids().items():
         children.setdefault(ppid, []).append(pid)
+    return children
+
+
+def descendants(root: int) -> set[int]:
+    """Pids of every process below ``root``."""
+    children = _children()
+    found, todo = set(), list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def vllm_servers_below(root: int) -> set[int]:
+    """Pids of the vLLM API servers among ``root``'s descendants."""
+    children = _children()
     found, todo = set(), list(children.get(root, []))
     while todo:
         pid = todo.pop()

@@ -4,7 +4,6 @@ placements in the manifest. The project's fake streaming server stands in for vL
 (``avbench.testing.fake_vllm``): what is under test is the scheduling; the GPUs are ids only."""
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -12,6 +11,7 @@ import time
 from itertools import combinations
 
 import pytest
+from vllm_servers import descendants
 
 from avbench.plan.gpus import GpuSet
 from avbench.report import write_report
@@ -158,20 +158,6 @@ start_sweep(opts)
 """
 
 
-def _descendants(root: int) -> set[int]:
-    children: dict[int, set[int]] = {}
-    for name in (n for n in os.listdir("/proc") if n.isdigit()):
-        stat = proc_stat(name)
-        if stat is not None:
-            children.setdefault(int(stat[1]), set()).add(int(name))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 @pytest.mark.slow
 def test_avbench_killed_mid_wave_takes_every_arm_and_server_with_it(tmp_path):
     cfg = ServerConfig(tokens_per_chunk=2, output_tokens=12, inter_chunk_delay_s=0.03)
@@ -184,7 +170,7 @@ def test_avbench_killed_mid_wave_takes_every_arm_and_server_with_it(tmp_path):
     ):
         assert sweep.poll() is None and time.monotonic() < deadline, "no wave got going"
         time.sleep(0.1)
-    below = _descendants(sweep.pid)  # the arms' processes and their servers
+    below = descendants(sweep.pid)  # the arms' processes and their servers
     assert {server_pid(fake, 1), server_pid(fake, 3)} <= below
     sweep.kill()
     sweep.wait()
