@@ -63,29 +63,35 @@ def _is_server(pid: int) -> bool:
     )
 
 
-def _below(root: int, leaf: Callable[[int], bool]) -> set[int]:
-    """Pids below ``root``, not looking below a process ``leaf`` says is one."""
+def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid, ppid in _ppids().items():
         children.setdefault(ppid, []).append(pid)
-    found, todo = set(), list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.add(pid)
-        if not leaf(pid):
-            todo += children.get(pid, [])
-    return found
+    return children
 
 
 def descendants(root: int) -> set[int]:
     """Pids of every process below ``root``."""
-    return _below(root, lambda pid: False)
+    children = _children()
+    found, todo = set(), list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
 
 
 def vllm_servers_below(root: int) -> set[int]:
-    """Pids of the vLLM API servers among ``root``'s descendants (a server's own children are
-    its engine and workers)."""
-    return {pid for pid in _below(root, _is_server) if _is_server(pid)}
+    """Pids of the vLLM API servers among ``root``'s descendants."""
+    children = _children()
+    found, todo = set(), list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if _is_server(pid):
+            found.add(pid)  # its own children are its engine and workers
+        else:
+            todo += children.get(pid, [])
+    return found
 
 
 def _alive(pid: int) -> bool:
