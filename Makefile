@@ -35,7 +35,11 @@ export AVBENCH_VLLM_SRC ?= $(AVBENCH_CACHE)/vllm-$(VLLM_GPU_VERSION)
 vllm-src: setup
 	@$(BIN)/python scripts/fetch_vllm_source.py --version $(VLLM_GPU_VERSION) --dest $(AVBENCH_VLLM_SRC)
 
-DEMO_RUN ?= demo-$(shell date -u +%Y%m%d-%H%M%S)
+# Expanded once: a `?=` variable would run date at each of its uses, and a recipe expanded across
+# a second's turn would name two runs.
+ifeq ($(origin DEMO_RUN),undefined)
+DEMO_RUN := demo-$(shell date -u +%Y%m%d-%H%M%S)
+endif
 
 # Three runs on one page (results/$(DEMO_RUN)/report.html), on the wide embedded pair whose
 # memory-bound target makes speculation pay at low concurrency and lose as the batch grows: the
