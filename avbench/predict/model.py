@@ -9,7 +9,9 @@ tables) in, predicted metrics out; no server, no files. What it assumes (docs/pr
   step, keeps min(accepted, admitted) of each measured step;
 - batch composition follows the measured arm: the same requests share the same steps, and a
   step that yields fewer tokens is repeated, tokens measured / predicted - 1 more times, as a
-  decode step of its batch (a prefill or a stall in the measured step happens once);
+  decode step of its batch (a prefill or a stall in the measured step happens once); a dip in
+  the batch (a request ended, the client's next one not yet in) lasts as measured, and its
+  requests' repeats share the steps of the batch that follows it;
 - a step's time changes only through its parts' modelled costs (``step_costs``: the forward
   and sampling of the drafts verified, the drafter's first pass and positions, the rest's share
   per draft); idle time (the batch emptied, waiting for the client) is not stretched;
@@ -95,7 +97,7 @@ class AvState:
 class Replayed:
     """Per step and per verify event, measured and predicted."""
 
-    steps: pd.DataFrame  # + tok, tok_pred, work_pred_ms, verified_pred
+    steps: pd.DataFrame  # + tok, tok_pred, work_pred_ms, repeat_ms, repeat_share, verified_pred
     events: pd.DataFrame  # + accepted_pred, verified_pred, scheduled_pred
     requests: pd.DataFrame  # request_id, draft_steps, accepted (predicted, per request)
 
@@ -264,8 +266,9 @@ def _finish(
 ) -> Replayed:
     """Tokens and work per step from the events' predicted verdicts, each step repriced part by
     part (``k_to``: the positions it drafts as predicted), and the decode step that repeats it
-    where it yields fewer tokens (``repeat_ms``). ``requests``: per request, predicted steps
-    that drafted and drafts accepted (the acceptance length's terms)."""
+    where it yields fewer tokens (``repeat_ms``, of which the step's requests take
+    ``repeat_share``). ``requests``: per request, predicted steps that drafted and drafts
+    accepted (the acceptance length's terms)."""
     steps = cell.steps
     by = events.groupby("step")
     acc = by["accepted"].sum().reindex(steps["step"], fill_value=0).to_numpy()
@@ -281,15 +284,29 @@ def _finish(
     # are decode steps of the whole batch, at the drafts per request predicted for it.
     kept = np.divide(verified, drafts, out=np.zeros_like(drafts), where=drafts > 0)
     work = steps["work_ms"].to_numpy(float)
+    rejoin = _rejoined_batch(n, prefill)
+    k_at_n = dict(zip(n, k_to, strict=True))
+    k_rejoin = np.where(k_pred > 0, [k_at_n[int(m)] for m in rejoin], 0)
     out = steps.assign(
         tok=n + acc,  # every request in the batch yields a token, plus its accepted drafts
         tok_pred=n + acc_pred,
         work_pred_ms=np.maximum(work + delta.total, 0.05 * work),
-        repeat_ms=costs.repeat_ms(n, kept * cell.k * n, k_pred),
+        repeat_ms=costs.repeat_ms(rejoin, kept * cell.k * rejoin, k_rejoin),
+        repeat_share=n / rejoin,  # of each repeat step: the step's requests are n of its batch
         unidentified_ms=delta.unidentified,
         verified_pred=verified,
     )
     return Replayed(out, events, requests)
+
+
+def _rejoined_batch(n: np.ndarray, prefill: np.ndarray) -> np.ndarray:
+    """The batch a step's repeats run in. A decode step below the batch that a later step
+    has again is a dip (a request ended, the client's next one not yet in): it lasts as long
+    whatever the arm, and its requests' missing tokens come in steps of that later batch. In
+    the drain no batch grows again, and the step's own batch repeats."""
+    later = np.maximum.accumulate(n[::-1])[::-1]
+    later = np.concatenate((later[1:], n[-1:])) if len(n) else later
+    return np.where(~prefill & (later > n), later, n)
 
 
 # ----------------------------------------------------------------------------- AV
@@ -381,7 +398,8 @@ def _predicted_ms(steps: pd.DataFrame) -> pd.Series:
     repeated as a decode step as often as fewer tokens per step need (tok / tok_pred - 1 more
     times), and its idle time once."""
     stretch = steps["tok"] / steps["tok_pred"]
-    return steps["work_pred_ms"] + (stretch - 1) * steps["repeat_ms"] + steps["idle_ms"]
+    repeats = (stretch - 1) * steps["repeat_share"] * steps["repeat_ms"]
+    return steps["work_pred_ms"] + repeats + steps["idle_ms"]
 
 
 def _time_ratio(steps: pd.DataFrame) -> float:
@@ -393,8 +411,8 @@ def _model_rel(steps: pd.DataFrame) -> float:
     """The predicted time's half-width from what one K cannot identify, relative to it (the
     steps' parts err together: their half-widths add)."""
     pred = _predicted_ms(steps).sum()
-    stretch = steps["tok"] / steps["tok_pred"]
-    return float((steps["unidentified_ms"] * stretch).sum() / pred) if pred > 0 else 0.0
+    steps_made = 1 + (steps["tok"] / steps["tok_pred"] - 1) * steps["repeat_share"]
+    return float((steps["unidentified_ms"] * steps_made).sum() / pred) if pred > 0 else 0.0
 
 
 def _request_ratios(r: Replayed) -> pd.Series:

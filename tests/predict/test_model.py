@@ -223,3 +223,30 @@ def test_a_k0_range_drafts_nothing_and_prices_the_step_without_drafts():
     # 6 drafts and 3 positions fewer per step: 6 * 1 + 3 * 0.5 ms off the 10 ms measured.
     assert (rep.steps["work_pred_ms"] - rep.steps["work_ms"]).tolist() == pytest.approx([-7.5] * 3)
     assert rep.steps["tok_pred"].tolist() == [2.0] * 3
+
+
+def test_a_dip_in_the_batch_repeats_in_the_batch_that_follows_it():
+    """A request ends and the client's next one is not yet in: a step of one request between
+    steps of two. That dip lasts a step whatever the arm; the tokens its request lacks come in
+    the steps of two that follow, half a step each. In the drain (no batch grows again after
+    the last step) a step repeats in its own batch."""
+    members = [["r0", "r1"], ["r0"], ["r0", "r2"], ["r2"]]
+    n = [len(m) for m in members]
+    steps = pd.DataFrame({
+        "step": range(1, 5), "n_reqs": n, "tokens": [x * (1 + K) for x in n],
+        "drafts": [x * K for x in n], "forward_ms": 10.0, "sample_ms": 0.0, "draft_ms": 0.0,
+        "interval_ms": [None, 10.0, 10.0, 10.0],
+    })  # fmt: skip
+    events = pd.DataFrame(
+        [{"request_id": r, "step": s, "accepted": 2, "scheduled": K}
+         for s, m in enumerate(members, start=1) for r in m]
+    )  # fmt: skip
+    cell = CellReplay(K, step_times(steps), events, {r: 4.0 for r in ("r0", "r1", "r2")}, 100.0)
+    base = _tables()
+    costs = StepCosts(
+        K, base.costs.forward_per_draft, 0.0, 0.0, PerBatch.zero(16), 0.0,
+        base.costs.positions, PerBatch(10.0 + 5.0 * np.arange(17)),
+    )  # fmt: skip  # a decode step: 10 ms + 5 ms a request
+    _, rep = predict_cell(cell, Pricing(costs, base.tables), Policy("static", 1))
+    assert rep.steps["repeat_ms"].tolist() == pytest.approx([20.0, 20.0, 20.0, 15.0])
+    assert rep.steps["repeat_share"].tolist() == pytest.approx([1.0, 0.5, 1.0, 1.0])
