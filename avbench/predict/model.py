@@ -300,13 +300,17 @@ def _finish(
 
 
 def _rejoined_batch(n: np.ndarray, prefill: np.ndarray) -> np.ndarray:
-    """The batch a step's repeats run in. A decode step below the batch that a later step
-    has again is a dip (a request ended, the client's next one not yet in): it lasts as long
-    whatever the arm, and its requests' missing tokens come in steps of that later batch. In
-    the drain no batch grows again, and the step's own batch repeats."""
-    later = np.maximum.accumulate(n[::-1])[::-1]
-    later = np.concatenate((later[1:], n[-1:])) if len(n) else later
-    return np.where(~prefill & (later > n), later, n)
+    """The batch a step's repeats run in. A decode step whose batch a later step exceeds is a
+    dip (a request ended, the client's next one not yet in): it lasts as long whatever the arm,
+    and its requests' missing tokens come in steps of the first larger batch after it. In the
+    drain no batch grows again, and the step's own batch repeats."""
+    rejoin = n.copy()
+    waiting: list[int] = []  # steps whose larger batch has not come yet, batches non-increasing
+    for i, size in enumerate(n):
+        while waiting and n[waiting[-1]] < size:
+            rejoin[waiting.pop()] = size
+        waiting.append(i)
+    return np.where(prefill, n, rejoin)
 
 
 # ----------------------------------------------------------------------------- AV
