@@ -67,17 +67,13 @@ demo: setup
 # lock (fd 9) until they end, and the `quiet` tests, which compare timings of runs made apart,
 # wait for it. Either half failing fails; the second's output follows the first's. Interrupted,
 # both stop (in the background, a non-interactive shell's job ignores the terminal's SIGINT).
-# The others run two workers a core (the cores this process may use; plain nproc would follow
-# OMP_NUM_THREADS, which the tests set): they wait on their subprocesses (CLIs, fake servers,
-# time outs) a third of the time: alone on 2 cores, one worker a core took 647 s with the cores
-# 65% busy, two took 517 s. Hundreds of test processes import avbench and the vLLM source
-# tree: compiled once, not in each (a machine may set PYTHONDONTWRITEBYTECODE; empty, Python
-# writes its caches again).
+# Hundreds of test processes import avbench and the vLLM source tree: compiled once, not in
+# each (a machine may set PYTHONDONTWRITEBYTECODE; empty, Python writes its caches again).
 test test-fast: export PYTHONDONTWRITEBYTECODE =
 test: setup vllm-src
 	@rest_log=$$(mktemp); beside=$$(mktemp); status=0; \
 	  exec 9>"$$beside"; flock 9; \
-	  nice -n 10 $(BIN)/pytest -q -n $$((2 * $$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc))) --dist worksteal -m "not vllm" tests >"$$rest_log" 2>&1 & rest=$$!; \
+	  nice -n 10 $(BIN)/pytest -q -n auto --dist worksteal -m "not vllm" tests >"$$rest_log" 2>&1 & rest=$$!; \
 	  exec 9>&-; \
 	  trap 'kill $$rest 2>/dev/null; rm -f "$$rest_log" "$$beside"; exit 130' INT TERM; \
 	  AVBENCH_TESTS_BESIDE="$$beside" $(BIN)/pytest -q -m vllm --durations=25 tests || status=$$?; \

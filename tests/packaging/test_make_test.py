@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = "-q -n auto -m not vllm and not slow tests"
-REST = f"-q -n {2 * len(os.sched_getaffinity(0))} --dist worksteal -m not vllm tests"
+REST = "-q -n auto --dist worksteal -m not vllm tests"
 VLLM = "-q -m vllm --durations=25 tests"
 
 
