@@ -51,12 +51,19 @@ def _ppids() -> dict[int, int]:
 
 def _is_server(pid: int) -> bool:
     """A Python interpreter running one of vLLM's entry modules (a shell script that only
-    pretends to be vLLM's interpreter, as some tests pass to --vllm-python, is not one)."""
+    pretends to be vLLM's interpreter, as some tests pass to --vllm-python, is not one).
+    The executable is read before and after the arguments: a wrapper that execs Python between
+    the two reads had its shell's arguments (``-m vllm.entrypoints...``) judged with Python's
+    executable, and its fake server was taken for vLLM; such a process is judged at the next
+    look."""
     try:
+        exe = os.readlink(f"/proc/{pid}/exe")
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        if os.readlink(f"/proc/{pid}/exe") != exe:
+            return False
     except OSError:
         return False
+    exe = os.path.basename(exe)
     modules = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == b"-m"]
     return exe.startswith("python") and any(
         m.decode(errors="replace").startswith(ENTRY_PREFIX) for m in modules
