@@ -5,6 +5,7 @@ without the route."""
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -48,10 +49,14 @@ def plain_server():
 
 
 def test_an_engine_that_keeps_refusing_is_retried_then_reported(plain_server, monkeypatch):
-    monkeypatch.setattr(prefix_cache, "RETRY_S", 0.3)
+    # A second of retries 0.05 s apart: three posts leave each ~0.3 s on a loaded machine (in
+    # 0.3 s, beside `make test`'s vLLM half, a run made two).
+    monkeypatch.setattr(prefix_cache, "RETRY_S", 1.0)
     monkeypatch.setattr(prefix_cache, "RETRY_EVERY_S", 0.05)
     _Handler.answer = (200, json.dumps({"success": False}).encode())
+    started = time.monotonic()
     assert reset_prefix_cache(plain_server, {}) is False
+    assert time.monotonic() - started >= 1.0  # it gave up at the deadline, not before
     assert _Handler.posts >= 3
 
 
