@@ -46,8 +46,9 @@ class CellReplay:
     ``work_ms``, ``idle_ms``). ``events``: one row per (request, step) that verified drafts
     (``request_id``, ``step``, ``accepted``, ``scheduled``; for AV also ``f``, the K features).
     ``tpot_ms``: each successful measured request's measured TPOT. ``measured_tput``: the
-    cell's measured ``output_tok_s_per_gpu``. Without ``steps`` (a server without the plugin:
-    the server's per-request lists alone) only acceptance is predicted."""
+    cell's measured ``output_tok_s_per_gpu``. ``emitted``: each request's output tokens after
+    its first. Without ``steps`` (a server without the plugin: the server's per-request lists
+    alone) only acceptance is predicted."""
 
     k: int
     steps: pd.DataFrame  # empty when no step timings were captured: acceptance alone
@@ -55,6 +56,10 @@ class CellReplay:
     tpot_ms: dict[str, float]
     measured_tput: float
     batch: int = 1  # the cell's concurrency: the batch size where no step says it
+    # A request that stopped (max_tokens, a stop token) inside a step's accepted drafts was sent
+    # fewer than the server counted: those count toward acceptance, as in vLLM's counters, but
+    # no step is spent producing them (at K = 3, 1.6-2.4% of the tokens on the wide pair).
+    emitted: dict[str, int] = field(default_factory=dict)
 
     @property
     def timed(self) -> bool:
@@ -98,7 +103,7 @@ class Replayed:
     """Per step and per verify event, measured and predicted."""
 
     steps: pd.DataFrame  # + tok, tok_pred, work_pred_ms, repeat_ms, repeat_share, verified_pred
-    events: pd.DataFrame  # + accepted_pred, verified_pred, scheduled_pred
+    events: pd.DataFrame  # + accepted_pred, verified_pred, scheduled_pred (+ accepted_sent)
     requests: pd.DataFrame  # request_id, draft_steps, accepted (predicted, per request)
 
 
@@ -171,13 +176,17 @@ def position_labels(accepted: np.ndarray, scheduled: np.ndarray) -> np.ndarray:
     return lab
 
 
-def _walk(lab: np.ndarray, k_at: np.ndarray, rho: float, rng) -> tuple[int, int, int, int]:
+def _walk(
+    lab: np.ndarray, k_at: np.ndarray, rho: float, rng, end: int | None = None
+) -> tuple[int, int, int, int]:
     """One pass over a request's positions as an arm drafting ``k_at[q]`` at position q would
     step: a step accepts drafts while the labels there are 1 (an unknown label is accepted with
-    probability ``rho``), then emits the target's token. Returns (steps, accepted, drafted,
-    steps that drafted)."""
+    probability ``rho``), then emits the target's token. Steps start before ``end`` (the
+    request's last token sent) and may accept past it, as vLLM counts them. Returns (steps,
+    accepted, drafted, steps that drafted)."""
+    end = len(lab) if end is None else end
     q = steps = acc = drafted = drafting = 0
-    while q < len(lab):
+    while q < end:
         k = int(k_at[q])
         a = 0
         while a < k and q + a < len(lab):
@@ -238,11 +247,14 @@ def replay_fixed(
     for (rid, g), lab in zip(groups, labels, strict=True):
         spans = g["accepted"].to_numpy(int) + 1
         k_at = np.repeat([policy.k_for(int(n_prev.get(s, cell.batch))) for s in g["step"]], spans)
-        runs = np.array([_walk(lab, k_at, rho, rng) for _ in range(walks)], dtype=float).mean(0)
-        n_steps, acc, drafted, drafting = runs
+        sent = min(cell.emitted.get(rid, len(lab)), len(lab))
+        runs = [_walk(lab, k_at, rho, rng, sent) for _ in range(walks)]
+        n_steps, acc, drafted, drafting = np.array(runs, dtype=float).mean(0)
+        n_steps = max(n_steps, 1.0)
         per_request.append((rid, drafting, acc))
         parts.append(g.assign(
-            accepted_pred=len(lab) / n_steps - 1.0,  # predicted tokens per step, less its own
+            accepted_pred=sent / n_steps - 1.0,  # tokens per step, less its own
+            accepted_sent=_sent(spans, sent) - 1,  # what the measured step sent it
             verified_pred=drafted / n_steps,
             scheduled_pred=drafted / n_steps,
         ))  # fmt: skip
@@ -253,6 +265,12 @@ def replay_fixed(
     if costs is None:
         raise ValueError("a cell with step timings is replayed with step costs")
     return _finish(cell, costs, events, kd, requests)
+
+
+def _sent(spans: np.ndarray, sent: int) -> np.ndarray:
+    """Tokens each of a request's steps sent it, of the ``spans`` it verified, up to ``sent``."""
+    before = np.concatenate(([0], np.cumsum(spans)[:-1]))
+    return np.clip(sent - before, 0, spans)
 
 
 def _drafted(cell: CellReplay) -> np.ndarray:
@@ -271,7 +289,9 @@ def _finish(
     accepted (the acceptance length's terms)."""
     steps = cell.steps
     by = events.groupby("step")
-    acc = by["accepted"].sum().reindex(steps["step"], fill_value=0).to_numpy()
+    # The tokens each measured step sent (AV's replay keeps the counted drafts on both sides).
+    sent = "accepted_sent" if "accepted_sent" in events else "accepted"
+    acc = by[sent].sum().reindex(steps["step"], fill_value=0).to_numpy()
     acc_pred = by["accepted_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     verified = by["verified_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     n = steps["n_reqs"].to_numpy(int)
@@ -430,7 +450,8 @@ def _request_ratios(r: Replayed) -> pd.Series:
         rp=r.events["step"].map(work["repeat_ms"]),
     )
     g = ev.groupby("request_id")
-    stretch = (g["accepted"].sum() + g.size()) / (g["accepted_pred"].sum() + g.size())
+    sent = g["accepted_sent" if "accepted_sent" in ev else "accepted"].sum()
+    stretch = (sent + g.size()) / (g["accepted_pred"].sum() + g.size())
     return (g["wp"].sum() + (stretch - 1) * g["rp"].sum()) / g["w"].sum()
 
 

@@ -110,6 +110,15 @@ def _tpot_ms(records: list[RequestRecord]) -> dict[str, float]:
     return out
 
 
+def _emitted(records: list[RequestRecord]) -> dict[str, int]:
+    """Per measured request, the output tokens it was sent after its first (usage's count)."""
+    return {
+        r.response_id: r.completion_tokens - 1
+        for r in records
+        if not r.warmup and r.ok and r.response_id and r.completion_tokens
+    }
+
+
 def _events_from_requests(
     steps: pd.DataFrame, records: list[RequestRecord], first: int | None = None
 ) -> pd.DataFrame:
@@ -254,6 +263,7 @@ def source_cell(store: RunStore, row: dict, av: bool = False) -> SourceCell:
         tpot_ms=_tpot_ms(records),
         measured_tput=float(row["output_tok_s_per_gpu"]),
         batch=int(row.get("concurrency") or 1),
+        emitted=_emitted(records),
     )
     return SourceCell(row, replay, "" if untimed else str(steps["writer"].iloc[0]), coverage)
 

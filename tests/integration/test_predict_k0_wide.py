@@ -1,14 +1,14 @@
 """A deployable K schedule with a K = 0 range, predicted on the wide pair and measured.
 
 `avbench sweep --sweep predict-k0-wide` serves the wide pair as the baseline, static K = 3
-and the dyn arm of the schedule [[1, 2, 3], [3, 64, 0]] at c = 8 (one repeat, step timings
-captured); `avbench predict` replays static K = 3 and the baseline's steps as that schedule.
-At c = 8 the batch holds three or more requests most of the time, where vLLM verifies no draft,
-and drafts three tokens while it drains. A K = 0 range is not the baseline: the drafter still
-runs its pass over each step's new tokens, so on this pair the dyn arm served 146-199 tok/s
-against the baseline's 194-227 and K = 3's 200-231 (seven runs); a replay that ignored the range
-would predict K = 3's. Three server starts; the prediction reads two of them (K = 3 and the
-baseline), made apart: `quiet`.
+and the dyn arm of the schedule [[1, 2, 3], [3, 64, 0]] at c = 8 (two repeats, each on a server
+of its own; step timings captured); `avbench predict` replays static K = 3 and the baseline's
+steps as that schedule. At c = 8 the batch holds three or more requests most of the time, where
+vLLM verifies no draft, and drafts three tokens while it drains. A K = 0 range is not the
+baseline: the drafter still runs its pass over each step's new tokens, so on this pair the dyn
+arm served 124-199 tok/s against the baseline's 170-227 and K = 3's 163-231 (2026-12-06/07); a
+replay that ignored the range would predict K = 3's. Six server starts; the prediction reads
+the K = 3 and baseline cells, made apart: `quiet`.
 """
 
 import json
@@ -39,22 +39,27 @@ def test_a_schedule_with_a_k0_range_is_predicted_as_its_dyn_arm_not_as_static_k3
     run = tmp_path / "k0"
     rows = [json.loads(x) for x in (run / "cells.jsonl").read_text().splitlines()]
     assert sorted({r["arm"] for r in rows}) == ["baseline", "dyn-k3", "static-k3"]
-    (dyn,) = [r for r in rows if r["arm"] == "dyn-k3"]
-    (k3,) = [r for r in rows if r["arm"] == "static-k3"]
-    spec = dyn["speculative_config"]
+    dyn = [r for r in rows if r["arm"] == "dyn-k3"]
+    k3 = [r for r in rows if r["arm"] == "static-k3"]
+    assert len(dyn) == len(k3) == 2  # two repeats
+    spec = dyn[0]["speculative_config"]
     assert spec["num_speculative_tokens_per_batch_size"] == [list(e) for e in SCHEDULE]
 
     out = predict_run(PredictRequest(run, ("dyn",), "static-k3", SCHEDULE))
-    (predicted,) = [r for r in out.rows if r["arm"] == "dyn-k3"]  # one per source cell
+    predicted = [r for r in out.rows if r["arm"] == "dyn-k3"]  # one per source cell
 
     # Most steps draft nothing: fewer verified drafts per step than K = 3 by far, as measured.
-    k3_drafts = k3["verified_drafts_per_step"]
-    assert predicted["verified_drafts_per_step"] < 0.5 * k3_drafts
-    assert dyn["verified_drafts_per_step"] < 0.5 * k3_drafts
-    # A replay that ignored the range would predict static K = 3's own throughput. The range's
-    # steps priced without drafts, from the K = 3 cell and the baseline's steps, come out below
-    # it: 0.78-0.87 of K = 3's measured throughput in five runs (2026-12-06). Against the dyn
-    # arm itself the prediction was -16% to +21% off across those runs: three server starts,
-    # and one start ran 45% slower in every part (docs/predict.md), so that is not asserted.
+    k3_drafts = min(r["verified_drafts_per_step"] for r in k3)
+    assert max(r["verified_drafts_per_step"] for r in predicted) < 0.5 * k3_drafts
+    assert max(r["verified_drafts_per_step"] for r in dyn) < 0.5 * k3_drafts
+    # A replay that ignored the range would predict static K = 3's own throughput.
     metric = "output_tok_s_per_gpu"
-    assert predicted[metric] < 0.95 * k3[metric], (predicted[metric], k3[metric], dyn[metric])
+    tput = {a: sum(r[metric] for r in rs) / len(rs) for a, rs in (("pred", predicted), ("k3", k3))}
+    assert tput["pred"] < 0.95 * tput["k3"], tput
+    # Throughput within max(5%, the repeats' spreads) of the dyn arm measured, the validation's
+    # rule (avbench/predict/validate.py). Five single runs, 2026-12-07: -3.9, -0.5, -1.8, +5.1
+    # (a dyn server whose forward ran 14% slower than the baseline's over the same tokens) and
+    # -4.1%; averaged in pairs, every pair within its tolerance.
+    (check,) = [c for c in out.compared if c.arm == "dyn-k3" and c.metric == metric]
+    assert check.repeats == 2
+    assert check.within, check

@@ -3,6 +3,8 @@ schedule replays give the numbers worked out by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -223,6 +225,22 @@ def test_a_k0_range_drafts_nothing_and_prices_the_step_without_drafts():
     # 6 drafts and 3 positions fewer per step: 6 * 1 + 3 * 0.5 ms off the 10 ms measured.
     assert (rep.steps["work_pred_ms"] - rep.steps["work_ms"]).tolist() == pytest.approx([-7.5] * 3)
     assert rep.steps["tok_pred"].tolist() == [2.0] * 3
+
+
+def test_drafts_accepted_past_a_requests_last_token_count_but_take_no_steps():
+    """r0 stopped (max_tokens) one token into its second step's four: vLLM counted the three
+    accepted drafts after that token, but sent r0 5 tokens after its first, not 8."""
+    cell = dataclasses.replace(_cell([[3, 3], [3, 3]]), emitted={"r0": 5, "r1": 8})
+    # As itself (K = 3) acceptance is the server's count, overshoot included.
+    pred, _ = predict_cell(cell, _tables(), Policy("static", K))
+    assert pred.acceptance_length == pytest.approx(4.0)
+    # At K = 0 r0 takes 5 steps and r1 8: 13 tokens at one a request a step. The measured steps
+    # sent 3 + 3 and 0 + 3 drafts (8 and 5 tokens with each request's own), so they repeat 3 and
+    # 1.5 more times (10 ms each) as steps of two: 65 ms against 20 measured. Counting r0's
+    # dropped drafts as sent would repeat the second step 3 more times too: 80 ms.
+    pred, rep = predict_cell(cell, _tables(), Policy("schedule", schedule=[(1, 8, 0)]))
+    assert rep.steps["tok"].tolist() == [8, 5]
+    assert pred.output_tok_s_per_gpu == pytest.approx(100.0 * 20 / 65)
 
 
 def test_a_dip_in_the_batch_repeats_in_the_batch_that_follows_it():
