@@ -12,6 +12,8 @@ tables) in, predicted metrics out; no server, no files. What it assumes (docs/pr
   decode step of its batch (a prefill or a stall in the measured step happens once); a dip in
   the batch (a request ended, the client's next one not yet in) lasts as measured, and its
   requests' repeats share the steps of the batch that follows it;
+- a request ends where it was sent its last token: drafts a step accepted past it (max_tokens,
+  a stop token) count toward acceptance, as vLLM's counters count them, and take no step;
 - a step's time changes only through its parts' modelled costs (``step_costs``: the forward
   and sampling of the drafts verified, the drafter's first pass and positions, the rest's share
   per draft); idle time (the batch emptied, waiting for the client) is not stretched;
