@@ -105,7 +105,7 @@ class Replayed:
     """Per step and per verify event, measured and predicted."""
 
     steps: pd.DataFrame  # + tok, tok_pred, work_pred_ms, repeat_ms, repeat_share, verified_pred
-    events: pd.DataFrame  # + accepted_pred, verified_pred, scheduled_pred (+ accepted_sent)
+    events: pd.DataFrame  # + accepted_sent, accepted_pred, verified_pred, scheduled_pred
     requests: pd.DataFrame  # request_id, draft_steps, accepted (predicted, per request)
 
 
@@ -179,14 +179,13 @@ def position_labels(accepted: np.ndarray, scheduled: np.ndarray) -> np.ndarray:
 
 
 def _walk(
-    lab: np.ndarray, k_at: np.ndarray, rho: float, rng, end: int | None = None
+    lab: np.ndarray, k_at: np.ndarray, rho: float, rng, end: int
 ) -> tuple[int, int, int, int]:
     """One pass over a request's positions as an arm drafting ``k_at[q]`` at position q would
     step: a step accepts drafts while the labels there are 1 (an unknown label is accepted with
     probability ``rho``), then emits the target's token. Steps start before ``end`` (the
     request's last token sent) and may accept past it, as vLLM counts them. Returns (steps,
     accepted, drafted, steps that drafted)."""
-    end = len(lab) if end is None else end
     q = steps = acc = drafted = drafting = 0
     while q < end:
         k = int(k_at[q])
@@ -260,7 +259,7 @@ def replay_fixed(
             verified_pred=drafted / n_steps,
             scheduled_pred=drafted / n_steps,
         ))  # fmt: skip
-    events = pd.concat(parts) if parts else ev.assign(accepted_pred=0.0, verified_pred=0.0, scheduled_pred=0.0)  # fmt: skip
+    events = pd.concat(parts) if parts else ev.assign(accepted_sent=ev["accepted"], accepted_pred=0.0, verified_pred=0.0, scheduled_pred=0.0)  # fmt: skip
     requests = pd.DataFrame(per_request, columns=["request_id", "draft_steps", "accepted"])
     if not cell.timed:
         return Replayed(steps, events, requests)
@@ -291,9 +290,7 @@ def _finish(
     accepted (the acceptance length's terms)."""
     steps = cell.steps
     by = events.groupby("step")
-    # The tokens each measured step sent (AV's replay keeps the counted drafts on both sides).
-    sent = "accepted_sent" if "accepted_sent" in events else "accepted"
-    acc = by[sent].sum().reindex(steps["step"], fill_value=0).to_numpy()
+    acc = by["accepted_sent"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     acc_pred = by["accepted_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     verified = by["verified_pred"].sum().reindex(steps["step"], fill_value=0).to_numpy()
     n = steps["n_reqs"].to_numpy(int)
@@ -395,6 +392,7 @@ def replay_av(
         acc_pred.append(pd.Series(a, index=g.index))
         admitted_all.append(pd.Series(admitted, index=g.index))
     events = ev.assign(
+        accepted_sent=ev["accepted"],  # counted drafts on both sides of AV's ratio
         accepted_pred=pd.concat(acc_pred) if acc_pred else 0,
         verified_pred=pd.concat(admitted_all) if admitted_all else 0,
         scheduled_pred=ev["scheduled"],  # vLLM counts what was scheduled, trimmed or not
@@ -452,8 +450,7 @@ def _request_ratios(r: Replayed) -> pd.Series:
         rp=r.events["step"].map(work["repeat_ms"]),
     )
     g = ev.groupby("request_id")
-    sent = g["accepted_sent" if "accepted_sent" in ev else "accepted"].sum()
-    stretch = (sent + g.size()) / (g["accepted_pred"].sum() + g.size())
+    stretch = (g["accepted_sent"].sum() + g.size()) / (g["accepted_pred"].sum() + g.size())
     return (g["wp"].sum() + (stretch - 1) * g["rp"].sum()) / g["w"].sum()
 
 
