@@ -60,7 +60,10 @@ def test_attach_sweep_stores_every_cell(tmp_path, fake_server):
         # 12 tokens per answer in chunks of 3: the metrics saw exactly what the server sent.
         assert row["output_tokens"] == 12 * len(measured)
         assert row["chunk_tokens_mean"] == pytest.approx(3.0)
-        assert row["output_tok_s"] > 0 and row["tpot_ms_median"] > 0
+        # A client stalled past the server's 6 ms of chunk gaps reads all four chunks at once,
+        # so one request's TPOT may be 0 on a loaded box; the cell's TPOT is still measured.
+        assert row["output_tok_s"] > 0 and row["tpot_ms_median"] >= 0
+        assert (measured["e2e"] - measured["ttft"]).max() > 0
     mt_row = rows["static-k3__mt-bench-tiny__c1__rep0"]
     # Per-turn metrics are kept apart for the two-turn workload, and add up to the cell's.
     assert mt_row["turn1_requests_ok"] == mt_row["turn2_requests_ok"] == 5
