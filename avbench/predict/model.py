@@ -248,7 +248,7 @@ def replay_fixed(
     for (rid, g), lab in zip(groups, labels, strict=True):
         spans = g["accepted"].to_numpy(int) + 1
         k_at = np.repeat([policy.k_for(int(n_prev.get(s, cell.batch))) for s in g["step"]], spans)
-        sent = min(cell.emitted.get(rid, len(lab)), len(lab))
+        sent = _last_sent(cell, rid, spans)
         runs = [_walk(lab, k_at, rho, rng, sent) for _ in range(walks)]
         n_steps, acc, drafted, drafting = np.array(runs, dtype=float).mean(0)
         n_steps = max(n_steps, 1.0)
@@ -268,10 +268,27 @@ def replay_fixed(
     return _finish(cell, costs, events, kd, requests)
 
 
+def _last_sent(cell: CellReplay, rid: str, spans: np.ndarray) -> int:
+    """Tokens a request was sent after its first: its ``spans`` (accepted + 1 per verify
+    step) up to where it stopped."""
+    total = int(spans.sum())
+    return min(cell.emitted.get(rid, total), total)
+
+
 def _sent(spans: np.ndarray, sent: int) -> np.ndarray:
     """Tokens each of a request's steps sent it, of the ``spans`` it verified, up to ``sent``."""
     before = np.concatenate(([0], np.cumsum(spans)[:-1]))
     return np.clip(sent - before, 0, spans)
+
+
+def _accepted_sent(cell: CellReplay, ev: pd.DataFrame) -> pd.Series:
+    """Per verify event, the drafts the measured step sent its request (the step's tokens
+    less its own): what it accepted, less what came past the request's last token."""
+    parts = []
+    for rid, g in ev.sort_values(["request_id", "step"], kind="stable").groupby("request_id"):
+        spans = g["accepted"].to_numpy(int) + 1
+        parts.append(pd.Series(_sent(spans, _last_sent(cell, rid, spans)) - 1, index=g.index))
+    return pd.concat(parts).reindex(ev.index) if parts else ev["accepted"]
 
 
 def _drafted(cell: CellReplay) -> np.ndarray:
@@ -391,16 +408,19 @@ def replay_av(
         state.admitted_log.append(admitted)
         acc_pred.append(pd.Series(a, index=g.index))
         admitted_all.append(pd.Series(admitted, index=g.index))
+    counted = pd.concat(acc_pred) if acc_pred else pd.Series(0, index=ev.index)
+    sent = _accepted_sent(cell, ev)
     events = ev.assign(
-        accepted_sent=ev["accepted"],  # counted drafts on both sides of AV's ratio
-        accepted_pred=pd.concat(acc_pred) if acc_pred else 0,
+        accepted_sent=sent,
+        # a trimmed step still sends no more than the request had left
+        accepted_pred=np.minimum(counted.reindex(ev.index), sent),
         verified_pred=pd.concat(admitted_all) if admitted_all else 0,
         scheduled_pred=ev["scheduled"],  # vLLM counts what was scheduled, trimmed or not
     )
-    by = events[events["scheduled_pred"] > 0].groupby("request_id")
-    requests = pd.DataFrame(
-        {"draft_steps": by.size(), "accepted": by["accepted_pred"].sum()}
-    ).reset_index()
+    drafting = events["scheduled_pred"] > 0
+    # acceptance as vLLM counts it: drafts accepted past the request's last token too
+    by = counted.reindex(ev.index)[drafting].groupby(events.loc[drafting, "request_id"])
+    requests = pd.DataFrame({"draft_steps": by.size(), "accepted": by.sum()}).reset_index()
     return _finish(cell, costs, events, np.full(len(cell.steps), k), requests)
 
 

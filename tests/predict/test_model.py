@@ -243,6 +243,23 @@ def test_drafts_accepted_past_a_requests_last_token_count_but_take_no_steps():
     assert pred.output_tok_s_per_gpu == pytest.approx(100.0 * 20 / 65)
 
 
+def test_av_trimming_drafts_past_a_requests_last_token_loses_no_token():
+    """r0 stopped one token into its second step; AV, sure r0's drafts fail, verifies none of
+    them there. r0 still gets the one token it lacked, so the step sends what it sent."""
+    cell = _cell([[3, 3], [3, 3]], [[[-8.0] * K, [8.0] * K]] * 2)
+    cell = dataclasses.replace(cell, emitted={"r0": 5, "r1": 8})
+    state = AvState.cold(K)
+    code = DecisionCode(build_cost_tables, assign_budget, "avbench transcription")
+    pred, rep = predict_cell(cell, _tables(verify_slope=1.0), Policy("av", K), state, code)
+    assert [a.tolist() for a in state.admitted_log] == [[K, K], [0, K]]
+    # Both steps send what they sent (8 and 5 tokens); the second verifies 3 drafts fewer at
+    # 1 ms each: 17 ms against 20. Counting r0's three dropped drafts as lost would repeat it.
+    assert rep.steps["tok_pred"].tolist() == rep.steps["tok"].tolist() == [8, 5]
+    assert pred.output_tok_s_per_gpu == pytest.approx(100.0 * 20 / 17)
+    # Acceptance as vLLM counts it: r0 3 + 0, r1 3 + 3 drafts over four drafting steps.
+    assert pred.acceptance_length == pytest.approx(1 + 9 / 4)
+
+
 def test_a_dip_in_the_batch_repeats_in_the_batch_that_follows_it():
     """A request ends and the client's next one is not yet in: a step of one request between
     steps of two. That dip lasts a step whatever the arm; the tokens its request lacks come in
