@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +51,10 @@ class CellSettings:
     gpus: int  # per server
 
 
+# A dead engine's traceback follows its death line within milliseconds; 2 s covers a loaded box.
+_CAUSE_WAIT_S = 2.0
+
+
 @dataclass(frozen=True)
 class Target:
     """The server an arm's cells are sent to."""
@@ -83,15 +88,26 @@ class Target:
         return None
 
     def death_cause(self) -> str | None:
-        """The launched server's log line that says why its engine died, or None."""
+        """The launched server's log line that says why its engine died, or None.
+
+        vLLM logs the death line before the traceback that names the exception, in more than
+        one write: while the server lives the log is read again, for up to
+        ``_CAUSE_WAIT_S``, until the exception is there."""
         if self.server is None:
             return None
-        from avbench.serving.server_log import engine_death
+        from avbench.serving.server_log import engine_death, names_exception
 
-        try:
-            return engine_death(self.server.log_text())
-        except OSError:
-            return None
+        deadline = time.monotonic() + _CAUSE_WAIT_S
+        while True:
+            try:
+                cause = engine_death(self.server.log_text())
+            except OSError:
+                return None
+            if cause is None or names_exception(cause) or not self.server.alive():
+                return cause
+            if time.monotonic() >= deadline:
+                return cause
+            time.sleep(0.1)
 
     def engine_dead(self) -> str | None:
         """Why the engine behind the server's HTTP front is dead, or None: its log shows the

@@ -90,6 +90,11 @@ def engine_differences(off: dict, on: dict) -> list[str]:
     return out
 
 
+def names_exception(cause: str) -> bool:
+    """Whether an ``engine_death`` cause is an exception line, not the death line itself."""
+    return bool(_EXCEPTION.match(cause.partition(": ")[2]))
+
+
 def engine_death(log: str) -> str | None:
     """The cause of an engine core's death as one log line, or None when the log shows none.
 

