@@ -408,18 +408,18 @@ def replay_av(
         state.admitted_log.append(admitted)
         acc_pred.append(pd.Series(a, index=g.index))
         admitted_all.append(pd.Series(admitted, index=g.index))
-    counted = pd.concat(acc_pred) if acc_pred else pd.Series(0, index=ev.index)
+    counted = (pd.concat(acc_pred) if acc_pred else pd.Series(0, index=ev.index)).reindex(ev.index)
     sent = _accepted_sent(cell, ev)
     events = ev.assign(
         accepted_sent=sent,
         # a trimmed step still sends no more than the request had left
-        accepted_pred=np.minimum(counted.reindex(ev.index), sent),
+        accepted_pred=np.minimum(counted, sent),
         verified_pred=pd.concat(admitted_all) if admitted_all else 0,
         scheduled_pred=ev["scheduled"],  # vLLM counts what was scheduled, trimmed or not
     )
     drafting = events["scheduled_pred"] > 0
     # acceptance as vLLM counts it: drafts accepted past the request's last token too
-    by = counted.reindex(ev.index)[drafting].groupby(events.loc[drafting, "request_id"])
+    by = counted[drafting].groupby(events.loc[drafting, "request_id"])
     requests = pd.DataFrame({"draft_steps": by.size(), "accepted": by.sum()}).reset_index()
     return _finish(cell, costs, events, np.full(len(cell.steps), k), requests)
 

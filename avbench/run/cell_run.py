@@ -103,9 +103,8 @@ class Target:
                 cause = engine_death(self.server.log_text())
             except OSError:
                 return None
-            if cause is None or names_exception(cause) or not self.server.alive():
-                return cause
-            if time.monotonic() >= deadline:
+            settled = cause is None or names_exception(cause) or not self.server.alive()
+            if settled or time.monotonic() >= deadline:
                 return cause
             time.sleep(0.1)
 
