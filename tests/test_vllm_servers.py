@@ -1,8 +1,11 @@
 """The watcher's test for a vLLM server (``tests/vllm_servers.py``), against real processes: a
 wrapper that execs Python, as the fake vLLM interpreter does, is never taken for a server while
 it execs. A shell script passes ``-m vllm.entrypoints...`` back and forth with a Python
-interpreter that carries no such argument; reading the arguments and the executable around an
-exec once judged the shell's arguments with Python's executable (43 times in 200 round trips)."""
+interpreter that carries no such argument. Reading the arguments and the executable around an
+exec judged the shell's arguments with Python's executable (43 times in 200 round trips); reading
+the executable before and after the arguments still did once in a CI run, the shell's whole turn
+falling between the two reads. The judgement now rests on one read of the arguments, which
+start with the shell in its turn."""
 
 import os
 import shlex

@@ -52,22 +52,22 @@ def _ppids() -> dict[int, int]:
 def _is_server(pid: int) -> bool:
     """A Python interpreter running one of vLLM's entry modules (a shell script that only
     pretends to be vLLM's interpreter, as some tests pass to --vllm-python, is not one).
-    The executable is read before and after the arguments: a wrapper that execs Python between
-    the two reads had its shell's arguments (``-m vllm.entrypoints...``) judged with Python's
-    executable, and its fake server was taken for vLLM; such a process is judged at the next
-    look."""
+    The judgement rests on one read of the arguments, which the kernel takes from one process
+    image: a wrapper that execs Python, and Python the wrapper again, between two reads of
+    ``/proc/<pid>/exe`` once had its shell's arguments (``-m vllm.entrypoints...``) judged with
+    Python's executable; the shell's own arguments start with the shell."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if os.readlink(f"/proc/{pid}/exe") != exe:
-            return False
+        fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)
+        try:
+            argv = os.read(fd, 1 << 20).split(b"\0")  # one read: one process image
+        finally:
+            os.close(fd)
     except OSError:
         return False
-    exe = os.path.basename(exe)
+    python = all(os.path.basename(p).startswith(b"python") for p in (exe.encode(), argv[0]))
     modules = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == b"-m"]
-    return exe.startswith("python") and any(
-        m.decode(errors="replace").startswith(ENTRY_PREFIX) for m in modules
-    )
+    return python and any(m.startswith(ENTRY_PREFIX.encode()) for m in modules)
 
 
 def _children() -> dict[int, list[int]]:
