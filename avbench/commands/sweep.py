@@ -205,6 +205,15 @@ class SweepRequest(Request):
         float | None,
         Opt("--budget-s", help="--adaptive: stop before spending more server-seconds"),
     ] = None
+    complete: Annotated[
+        bool,
+        Opt(
+            "--complete",
+            help="With --resume of a finished adaptive run: measure every cell of its sweep "
+            "that the rounds left out, for the fixed protocol's verdicts on the same "
+            "measurements (docs/adaptive.md)",
+        ),
+    ] = False
     cell_noise: Annotated[
         float | None,
         Opt(
@@ -243,6 +252,10 @@ class SweepRequest(Request):
             raise ValueError(
                 "--adaptive launches its arms and records itself in the run: not with "
                 "--endpoint, and --resume of an adaptive run continues it without the flag"
+            )
+        if self.complete and self.resume is None:
+            raise ValueError(
+                "--complete measures what a stored adaptive run left out: use it with --resume RUN"
             )
         if not self.adaptive and (self.budget_cells is not None or self.budget_s is not None):
             raise ValueError("--budget-cells and --budget-s bound an --adaptive sweep")
@@ -314,6 +327,7 @@ class SweepRequest(Request):
 RESUME_READS = (
     "resume", "port", "api_key", "api_key_file", "ready_timeout", "vllm_python", "cpu_seed_fix",
     "report", "strict", "adaptive", "budget_cells", "budget_s", "gpus", "isolate", "ray",
+    "complete",
 )  # fmt: skip
 RESUME_REFUSES = tuple(f for f in SweepRequest.model_fields if f not in RESUME_READS)
 
@@ -337,6 +351,8 @@ def sweep(req: SweepRequest) -> None:
     from avbench.store.artefacts import ADAPTIVE
 
     adaptive = req.adaptive or bool(req.resume and (req.resume / ADAPTIVE).exists())
+    if req.complete and not adaptive:
+        raise AvbenchError(f"--complete: {req.resume} is not an adaptive run (no {ADAPTIVE})")
     try:
         if adaptive:
             _adaptive(req, secret, reporter, console)
@@ -434,31 +450,51 @@ def _adaptive(
 ) -> None:
     """--adaptive, or --resume of an adaptive run: the rounds, then each verdict's standing."""
     from avbench.analysis.adaptive import Uncertainty
-    from avbench.run.adaptive import AdaptivePolicy, adaptive_sweep, resume_adaptive
+    from avbench.run.adaptive import (
+        AdaptivePolicy,
+        adaptive_sweep,
+        complete_adaptive,
+        resume_adaptive,
+    )
     from avbench.run.progress import standings_table
 
     if req.resume is not None:
         refused = _preflight_stored(req.resume, req.vllm_python)
-        done = resume_adaptive(
-            req.resume, _override(req, secret) | {"refused_arms": refused}, reporter
-        )
+        go_on = complete_adaptive if req.complete else resume_adaptive
+        done = go_on(req.resume, _override(req, secret) | {"refused_arms": refused}, reporter)
     else:
         opts = _options(req, secret)
         noise = Uncertainty() if req.cell_noise is None else Uncertainty(single=req.cell_noise)
         policy = AdaptivePolicy(noise, budget_cells=req.budget_cells, budget_s=req.budget_s)
         done = adaptive_sweep(opts, policy, reporter)
     reporter.close()
-    console.print(standings_table(done.standings))
     state = done.state
+    title = "verdicts, every cell measured" if state.completion else "verdicts (adaptive)"
+    console.print(standings_table(done.standings, title))
     console.print(
         f"adaptive run {done.run_dir}: {state.status}; {state.cells} cells measured in "
         f"{len(state.rounds) - 1} round(s), {state.seconds:.0f} server-seconds",
         highlight=False,
     )
+    if state.completion is not None:
+        console.print(_completion_line(state.completion, state.rounds[-1]), highlight=False)
     if req.report:
         from avbench.report import write_report
 
         console.print(f"report: {write_report([done.run_dir], static_figures=False).html}")
+
+
+def _completion_line(completion: dict, last_round: dict) -> str:
+    """What --complete measured, and at how many loads the rounds' verdict is the one every
+    cell gives (the table above)."""
+    rounds = {s["concurrency"]: s["verdict"] for s in last_round.get("standings", [])}
+    full = {s["concurrency"]: s["verdict"] for s in completion["standings"]}
+    same = sum(rounds.get(c) == v for c, v in full.items())
+    return (
+        f"completed: {len(completion['cells'])} more cells, {completion['seconds']:.0f} "
+        f"server-seconds; with every cell measured (above), the rounds' verdict stands at "
+        f"{same} of {len(full)} loads"
+    )
 
 
 def _start(req: SweepRequest, secret: SecretStr | None, reporter: RichReporter) -> SweepOutcome:

@@ -38,7 +38,12 @@ from avbench.report.embed import Figures
 from avbench.report.quality import definitions_note, quality_section
 from avbench.report.runs import RunSet, load_runs
 from avbench.serving.server_log import ENGINE_COLUMNS, engine_differences
-from avbench.store.artefacts import ArmEntry, MergedManifest, SweepManifest
+from avbench.store.artefacts import (
+    AdaptiveStandingEntry,
+    ArmEntry,
+    MergedManifest,
+    SweepManifest,
+)
 from avbench.store.run_store import write_together
 
 CSS = """
@@ -353,6 +358,14 @@ def _adaptive(page: _Page, rs: RunSet) -> None:
             "and 5% in quadrature. Inside noise: the repeats are spent and the intervals still "
             "overlap."
         )
+        full = {s.concurrency: s for s in state.completion.standings} if state.completion else {}
+        if full:
+            page.text(
+                f"Completed (--complete): {len(state.completion.cells)} more cells, "
+                f"{state.completion.seconds:.0f} server-seconds; the last column is each load's "
+                "verdict with every cell of the sweep measured, the fixed protocol's on the "
+                "rounds' own measurements."
+            )
         rows = tuple(
             (
                 f"c={s.concurrency}",
@@ -363,11 +376,16 @@ def _adaptive(page: _Page, rs: RunSet) -> None:
                 or "-",
                 "a prediction" if s.rests_on_prediction else "measurements",
             )
+            + ((_every_cell(full.get(s.concurrency)),) if full else ())
             for s in last
         )
         header = ("load", "verdict", "standing", "lead over the next option", "contenders",
-                  "rests on")  # fmt: skip
+                  "rests on") + (("every cell measured",) if full else ())  # fmt: skip
         page.table(tables.Table(header, rows, "Verdict per concurrency (all workloads pooled)"))
+
+
+def _every_cell(s: AdaptiveStandingEntry | None) -> str:
+    return "-" if s is None else f"{s.verdict} ({s.state})"
 
 
 def _predictions(page: _Page, rs: RunSet) -> None:

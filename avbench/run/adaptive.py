@@ -6,7 +6,9 @@ predicts the sweep's other static arms (and AV where this vLLM runs it) from the
 captures, takes each concurrency's standing (analysis/adaptive.py) and measures the cells the
 undecided ones want: a predicted contender at repeat 0, or one more repeat of measured ones.
 The sweep stops when every verdict is decided or inside noise, or when the budget (cells or
-server-seconds) would be exceeded by the next round.
+server-seconds) would be exceeded by the next round. On request (``--complete``) a finished run
+then measures every cell of the requested sweep the rounds left out: the fixed protocol's
+verdicts on the same measurements, beside the rounds' own.
 
 Everything is one run directory: the manifest's plan grows by each round's cells and the
 runner measures them as a resume would, so a crash loses nothing and ``--resume`` continues;
@@ -63,6 +65,7 @@ class AdaptiveState:
     sweep: dict  # the requested sweep (its arms, K values and repeats bound the rounds)
     rounds: list[dict] = field(default_factory=list)
     status: str = "running"  # running, decided, inside noise, budget, failed
+    completion: dict | None = None  # the store's AdaptiveCompletion, once --complete started
 
     @property
     def seconds(self) -> float:
@@ -82,6 +85,7 @@ class AdaptiveState:
                 "status": self.status,
                 "server_seconds": self.seconds,
             }
+            | ({"completion": self.completion} if self.completion is not None else {})
         )
         write_adaptive(root, record)
 
@@ -100,7 +104,8 @@ class AdaptiveState:
                 f"{root / ADAPTIVE}: not an adaptive state file (policy: {exc})"
             ) from None
         rounds = [r.model_dump(mode="json", exclude_unset=True) for r in record.rounds]
-        return cls(policy, record.sweep, rounds, record.status)
+        completion = record.completion.model_dump(mode="json") if record.completion else None
+        return cls(policy, record.sweep, rounds, record.status, completion)
 
 
 def first_round(pair: Pair, sweep: Sweep) -> Sweep:
@@ -342,22 +347,66 @@ def adaptive_sweep(
 def resume_adaptive(
     run_dir: Path, opts_override: dict, reporter: SweepReporter | None = None
 ) -> AdaptiveOutcome:
-    """Finish the cells the last round planned, then go on with the rounds."""
+    """Finish the cells the last round planned, then go on with the rounds (or with the
+    completion, once one started)."""
     reporter = reporter or SweepReporter()
     state = AdaptiveState.read(run_dir)
+    if state.completion is not None:
+        return complete_adaptive(run_dir, opts_override, reporter)
     t0 = time.monotonic()
     outcome = resume_sweep(run_dir, opts_override, reporter)
     if state.rounds:
         state.rounds[-1]["seconds"] = state.rounds[-1].get("seconds", 0.0) + time.monotonic() - t0
     state.status = "running"
-    store = outcome.store
-    m = store.read_manifest()
-    pair = Pair.model_validate(m.pair)
+    run = _run_of(outcome.store, opts_override)
+    _first_round_measured(
+        run.store, state, _max_k_arm(run.opts.pair, Sweep.model_validate(state.sweep))
+    )
+    return _rounds(run, state, reporter)
+
+
+def complete_adaptive(
+    run_dir: Path, opts_override: dict, reporter: SweepReporter | None = None
+) -> AdaptiveOutcome:
+    """Measure every cell of the requested sweep that the rounds of a finished adaptive run
+    left out, and take each verdict with every cell measured: the fixed protocol's verdicts on
+    the rounds' own measurements, which a second, separate run could not give (two fixed runs
+    on one machine differ by its drift between them). The rounds' record stays as it was."""
+    reporter = reporter or SweepReporter()
+    state = AdaptiveState.read(run_dir)
+    if state.completion is None and state.status in ("running", "failed"):
+        raise AdaptiveStopped(
+            f"--complete: the rounds of {run_dir} have not finished (status {state.status}); "
+            "--resume it first, then complete it"
+        )
+    store = RunStore.open(run_dir)
+    run = _run_of(store, opts_override)
     sweep = Sweep.model_validate(state.sweep)
-    _first_round_measured(store, state, _max_k_arm(pair, sweep))
+    full = build_plan(run.opts.pair, sweep)
+    if state.completion is None:
+        planned = {c for r in state.rounds for c in r.get("cells", [])}
+        missing = [c.id for c in full if c.id not in planned]
+        state.completion = {"cells": missing, "seconds": 0.0, "standings": []}
+        state.write(store.root)  # before measuring: a resume then goes on with the completion
+    wanted = set(state.completion["cells"])
+    _grow_plan(store, run, [c for c in full if c.id in wanted])
+    t0 = time.monotonic()
+    outcome = resume_sweep(store.root, opts_override, reporter)
+    state.completion["seconds"] += time.monotonic() - t0
+    now = standings(_points(store), state.policy.uncertainty, sweep.repeats)
+    state.completion["standings"] = [_describe(s) for s in now]
+    state.write(store.root)
+    return AdaptiveOutcome(store.root, state, now, outcome)
+
+
+def _run_of(store: RunStore, opts_override: dict) -> _Run:
+    """This invocation's view of a stored run: its manifest's pair and sweep, these settings."""
+    m = store.read_manifest()
+    assert isinstance(m, SweepManifest)
+    pair = Pair.model_validate(m.pair)
     opts = SweepOptions(pair=pair, sweep=Sweep.model_validate(m.sweep), workloads={},
                         results_dir=store.root.parent, run_id=m.run_id, **opts_override)  # fmt: skip
-    return _rounds(_Run(store, opts, probe_vllm(opts.vllm_python)), state, reporter)
+    return _Run(store, opts, probe_vllm(opts.vllm_python))
 
 
 # ----------------------------------------------------------------------------- before a run

@@ -253,10 +253,10 @@ def summary_table(rows: list[dict]) -> Table:
     return table
 
 
-def standings_table(standings: list[Standing]) -> Table:
+def standings_table(standings: list[Standing], title: str = "verdicts (adaptive)") -> Table:
     """An adaptive sweep's verdict per concurrency, with what it rests on."""
     noise = max((s.cell_noise for s in standings), default=0.0)
-    table = Table(title="verdicts (adaptive)", caption=f"one measured cell's noise: ±{noise:.1%}")
+    table = Table(title=title, caption=f"one measured cell's noise: ±{noise:.1%}")
     for header in ("load", "verdict", "standing", "margin", "contenders", "rests on"):
         table.add_column(header)
     for s in standings:

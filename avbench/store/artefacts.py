@@ -295,6 +295,16 @@ class AdaptiveRound(_Open):
     standings: list[AdaptiveStandingEntry] = []  # as the round found them (none for round 0)
 
 
+class AdaptiveCompletion(_Open):
+    """The requested sweep's cells the rounds left out, measured on request (``--complete``):
+    with them every cell of the fixed protocol is measured, and its verdicts stand beside the
+    rounds' on shared measurements."""
+
+    cells: list[str] = []
+    seconds: float = 0.0
+    standings: list[AdaptiveStandingEntry] = []  # every cell measured (none until it ends)
+
+
 class AdaptiveRecord(_Open):
     """``adaptive.json``: the policy, the full sweep the rounds draw cells from, the rounds."""
 
@@ -302,7 +312,8 @@ class AdaptiveRecord(_Open):
     sweep: dict[str, Any]
     rounds: list[AdaptiveRound] = []
     status: Literal["running", "decided", "inside noise", "budget", "failed"] = "running"
-    server_seconds: float = 0.0
+    server_seconds: float = 0.0  # the rounds' (a completion's are its own)
+    completion: AdaptiveCompletion | None = None
 
 
 def source_manifest(manifest: RunManifest, run_id: str | None) -> RunManifest:

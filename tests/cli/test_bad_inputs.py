@@ -189,6 +189,8 @@ OPTIONS = [
     Bad(("sweep", "--resume", "{tmp}/none"), "{tmp}/none"),
     Bad(("sweep", "--resume", "{tmp}/f"), "{tmp}/f", files=(("f", b"x"),)),
     Bad(("sweep", "--resume", "{tmp}"), "{tmp}"),
+    Bad((*SWEEP, "--complete"), "--complete measures what a stored adaptive run left out"),
+    Bad(("sweep", "--resume", "{tmp}", "--complete"), "--complete: {tmp} is not an adaptive run"),
     # attached: endpoints, arms (K >= 1), /tokenize, models
     Bad((*ATTACH[:4], "not a url", *ATTACH[5:]), "expected an http:// or https:// URL"),
     Bad((*ATTACH[:4], "ftp://127.0.0.1:21", *ATTACH[5:]), "expected an http:// or https:// URL"),

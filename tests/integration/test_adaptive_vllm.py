@@ -1,7 +1,9 @@
 """`avbench sweep --adaptive` on a REAL vLLM CPU server (the embedded tiny pair): the max-K arm's
 server SIGKILLed while it starts stops the sweep with its reason and keeps the baseline's cell;
 `--resume` measures the max-K arm, predicts K = 1 from it and goes on until the verdict is
-decided or the cell budget is spent. Three or four server starts: marked `vllm`."""
+decided or the cell budget is spent; `--complete` then measures K = 1, the one cell of the sweep
+the rounds left out, and takes the verdict with every cell measured. Four server starts:
+marked `vllm`."""
 
 import json
 import os
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.vllm
 if probe_vllm(sys.executable).distribution is None:
     pytest.skip("vLLM is not installed (run make setup)", allow_module_level=True)
 
-BASE, MAXK = "baseline__gsm8k-tiny__c1__rep0", "static-k3__gsm8k-tiny__c1__rep0"
+BASE, MAXK, K1 = (f"{arm}__gsm8k-tiny__c1__rep0" for arm in ("baseline", "static-k3", "static-k1"))
 
 
 def _rows(run):
@@ -30,9 +32,9 @@ def _rows(run):
 def test_a_failed_max_k_arm_stops_it_and_resume_continues(tmp_path, wait_for):
     port, run = find_free_port(), tmp_path / "a"
     cmd = [
-        sys.executable, "-m", "avbench.cli", "sweep", "--pair", "tiny-cpu", "--sweep",
-        "predict-cpu-t1", "--adaptive", "--budget-cells", "4", "--k", "1,3", "--workloads",
-        "gsm8k-tiny", "--concurrencies", "1", "--requests", "4", "--warmup", "1",
+        sys.executable, "-m", "avbench.cli", "sweep", "--pair", "tiny-cpu", "--sweep", "demo",
+        "--arms", "baseline,static", "--adaptive", "--budget-cells", "2", "--k", "1,3",
+        "--workloads", "gsm8k-tiny", "--concurrencies", "1", "--requests", "4", "--warmup", "1",
         "--max-tokens", "32", "--results", str(tmp_path), "--run-id", "a", "--port", str(port),
         "--no-report",
     ]  # fmt: skip
@@ -68,7 +70,7 @@ def test_a_failed_max_k_arm_stops_it_and_resume_continues(tmp_path, wait_for):
     assert rows[BASE] == baseline and MAXK in rows  # measured once, then the max-K arm
     state = json.loads((run / "adaptive.json").read_text())
     assert state["status"] in ("decided", "inside noise", "budget")
-    assert sum(len(r.get("cells", [])) for r in state["rounds"]) <= 4
+    assert sum(len(r.get("cells", [])) for r in state["rounds"]) == 2  # K = 1 is over budget
     (last,) = state["rounds"][-1]["standings"]
     assert last["concurrency"] == 1 and last["winner"] in ("baseline", "static-k1", "static-k3")
     predicted = {json.loads(x)["arm"] for x in (run / "predicted.jsonl").read_text().splitlines()}
@@ -76,3 +78,19 @@ def test_a_failed_max_k_arm_stops_it_and_resume_continues(tmp_path, wait_for):
     # The verdict table and the closing line go where the sweep's progress goes (stderr).
     assert "c=1" in resumed.stderr and last["verdict"] in resumed.stderr
     assert f"{run}: {state['status']}" in resumed.stderr
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "avbench.cli", "sweep", "--resume", str(run), "--complete",
+         "--port", str(port), "--no-report"],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    after = json.loads((run / "adaptive.json").read_text())
+    assert (after["rounds"], after["status"]) == (state["rounds"], state["status"])
+    assert after["completion"]["cells"] == [K1] and after["completion"]["seconds"] > 0
+    rows = _rows(run)
+    assert sorted(rows) == sorted([BASE, MAXK, K1]) and rows[BASE] == baseline
+    (full,) = after["completion"]["standings"]
+    assert full["concurrency"] == 1 and not full["rests_on_prediction"] and not full["predicted"]
+    assert full["state"] in ("decided", "inside noise")  # the sweep's one repeat, all measured
+    assert "completed: 1 more cells" in completed.stderr

@@ -99,6 +99,27 @@ def test_an_adaptive_run_shows_each_verdict_with_what_it_rests_on(run_factory, t
     assert "not an adaptive state file (rounds.1.standings.0.margin: " in md
 
 
+def test_a_completed_adaptive_run_shows_each_verdict_with_every_cell_measured(
+    run_factory, tmp_path
+):
+    store = run_factory(tmp_path)
+    rounds = [{"concurrency": c, "verdict": "static K=1", "state": "decided"} for c in (1, 4)]
+    full = [{"concurrency": 1, "verdict": "static K=1", "state": "decided"},
+            {"concurrency": 4, "verdict": "no speculation", "state": "inside noise"}]  # fmt: skip
+    state = {"policy": {}, "sweep": {"name": "s"}, "status": "decided", "server_seconds": 50.0,
+             "rounds": [{"round": 0, "cells": ["a", "b"], "seconds": 50.0},
+                        {"round": 1, "standings": rounds}],
+             "completion": {"cells": ["c", "d", "e"], "seconds": 70.0, "standings": full}}  # fmt: skip
+    (store.root / "adaptive.json").write_text(json.dumps(state))
+    md = write_report([store.root], static_figures=False).markdown.read_text()
+    assert "Completed (--complete): 3 more cells, 70 server-seconds" in md
+    assert "| c=1 | static K=1 | decided | - | - | measurements | static K=1 (decided) |" in md
+    assert (
+        "| c=4 | static K=1 | decided | - | - | measurements | no speculation (inside noise) |"
+        in md
+    )
+
+
 def test_predicted_rows_without_a_pair_belong_to_their_runs_pair(run_factory, tmp_path):
     store = run_factory(tmp_path, av_unsupported=True)
     _predict(store, "av-k3", gain=1.2)

@@ -14,6 +14,7 @@ from avbench.run.adaptive import (
     AdaptiveStopped,
     _targets,
     cells_for,
+    complete_adaptive,
     first_round,
 )
 from avbench.store.artefacts import ADAPTIVE
@@ -97,3 +98,21 @@ def test_the_state_file_round_trips_and_a_bad_one_is_one_line(tmp_path):
         AdaptiveState.read(tmp_path)
     with pytest.raises(AdaptiveStopped, match="not an adaptive run"):
         AdaptiveState.read(tmp_path / "elsewhere")
+
+
+def test_a_completion_round_trips_beside_the_rounds(tmp_path):
+    completion = {"cells": ["c"], "seconds": 7.0, "standings": []}
+    rounds = [{"round": 0, "cells": ["a", "b"], "seconds": 3.5}]
+    AdaptiveState(AdaptivePolicy(), {"name": "s"}, rounds, "budget", completion).write(tmp_path)
+    back = AdaptiveState.read(tmp_path)
+    assert (back.completion, back.cells, back.seconds) == (completion, 2, 3.5)
+    AdaptiveState(AdaptivePolicy(), {"name": "s"}, rounds, "decided").write(tmp_path)
+    assert "completion" not in json.loads((tmp_path / ADAPTIVE).read_text())
+
+
+@pytest.mark.parametrize("status", ["running", "failed"])
+def test_complete_refuses_rounds_that_have_not_finished(tmp_path, status):
+    rounds = [{"round": 0, "cells": ["a"], "seconds": 1.0}]
+    AdaptiveState(AdaptivePolicy(), {"name": "s"}, rounds, status).write(tmp_path)
+    with pytest.raises(AdaptiveStopped, match=f"have not finished \\(status {status}\\)"):
+        complete_adaptive(tmp_path, {})
