@@ -358,11 +358,12 @@ def _adaptive(page: _Page, rs: RunSet) -> None:
             "and 5% in quadrature. Inside noise: the repeats are spent and the intervals still "
             "overlap."
         )
-        full = {s.concurrency: s for s in state.completion.standings} if state.completion else {}
-        if full:
+        done = state.completion
+        full = {s.concurrency: s for s in done.standings} if done else {}
+        if done and full:
             page.text(
-                f"Completed (--complete): {len(state.completion.cells)} more cells, "
-                f"{state.completion.seconds:.0f} server-seconds; the last column is each load's "
+                f"Completed (--complete): {len(done.cells)} more cells, "
+                f"{done.seconds:.0f} server-seconds; the last column is each load's "
                 "verdict with every cell of the sweep measured, the fixed protocol's on the "
                 "rounds' own measurements."
             )

@@ -393,6 +393,14 @@ def complete_adaptive(
     t0 = time.monotonic()
     outcome = resume_sweep(store.root, opts_override, reporter)
     state.completion["seconds"] += time.monotonic() - t0
+    if outcome.failed:
+        state.write(store.root)
+        first = outcome.failed[0]
+        raise AdaptiveStopped(
+            f"--complete: {len(outcome.failed)} cell(s) failed ({first['cell_id']}: "
+            f"{first['reason'].splitlines()[0]}); what was measured is kept in {store.root}: "
+            "fix the cause and --resume it to finish the completion"
+        )
     now = standings(_points(store), state.policy.uncertainty, sweep.repeats)
     state.completion["standings"] = [_describe(s) for s in now]
     state.write(store.root)

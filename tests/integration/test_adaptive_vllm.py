@@ -2,8 +2,8 @@
 server SIGKILLed while it starts stops the sweep with its reason and keeps the baseline's cell;
 `--resume` measures the max-K arm, predicts K = 1 from it and goes on until the verdict is
 decided or the cell budget is spent; `--complete` then measures K = 1, the one cell of the sweep
-the rounds left out, and takes the verdict with every cell measured. Four server starts:
-marked `vllm`."""
+the rounds left out (its server killed at start once: `--resume` goes on with the completion),
+and takes the verdict with every cell measured. Five server starts: marked `vllm`."""
 
 import json
 import os
@@ -29,6 +29,27 @@ def _rows(run):
     }
 
 
+def _kill_at_start(cmd, server, wait_for):
+    """Run ``cmd`` and SIGKILL the server it launches at ``server`` (its arm directory) as soon
+    as its process group exists; the command's exit status, stderr and that group."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pgid_file = server / "server.pgid"
+        wait_for(
+            f"{server.name}'s server",
+            lambda: pgid_file.exists() and pgid_file.read_text(),
+            proc,
+            600,
+        )
+        pgid = int(pgid_file.read_text())
+        os.killpg(pgid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err, pgid
+
+
 def test_a_failed_max_k_arm_stops_it_and_resume_continues(tmp_path, wait_for):
     port, run = find_free_port(), tmp_path / "a"
     cmd = [
@@ -38,22 +59,8 @@ def test_a_failed_max_k_arm_stops_it_and_resume_continues(tmp_path, wait_for):
         "--max-tokens", "32", "--results", str(tmp_path), "--run-id", "a", "--port", str(port),
         "--no-report",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        pgid_file = run / "arms" / "static-k3" / "server.pgid"
-        wait_for(
-            "the max-K arm's server",
-            lambda: pgid_file.exists() and pgid_file.read_text(),
-            proc,
-            600,
-        )
-        pgid = int(pgid_file.read_text())
-        os.killpg(pgid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err[-3000:]
+    code, err, pgid = _kill_at_start(cmd, run / "arms" / "static-k3", wait_for)
+    assert code == 1, err[-3000:]
     assert "adaptive sweep stopped" in err and "static-k3" in err and "--resume" in err
     assert list(_rows(run)) == [BASE]
     assert json.loads((run / "adaptive.json").read_text())["status"] == "failed"
@@ -79,11 +86,16 @@ def test_a_failed_max_k_arm_stops_it_and_resume_continues(tmp_path, wait_for):
     assert "c=1" in resumed.stderr and last["verdict"] in resumed.stderr
     assert f"{run}: {state['status']}" in resumed.stderr
 
-    completed = subprocess.run(
-        [sys.executable, "-m", "avbench.cli", "sweep", "--resume", str(run), "--complete",
-         "--port", str(port), "--no-report"],
-        capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
+    # The completion's one server killed as it starts: the cell failed, said, nothing ended;
+    # a plain --resume then goes on with the completion.
+    resume = [sys.executable, "-m", "avbench.cli", "sweep", "--resume", str(run), "--port",
+              str(port), "--no-report"]  # fmt: skip
+    code, err, pgid = _kill_at_start([*resume, "--complete"], run / "arms" / "static-k1", wait_for)
+    assert code == 1 and f"--complete: 1 cell(s) failed ({K1}: " in err, err[-3000:]
+    stopped = json.loads((run / "adaptive.json").read_text())["completion"]
+    assert stopped["cells"] == [K1] and stopped["standings"] == [] and K1 not in _rows(run)
+    assert not group_alive(pgid) and port_is_free(port)
+    completed = subprocess.run(resume, capture_output=True, text=True, timeout=1200)
     assert completed.returncode == 0, completed.stderr[-3000:]
     after = json.loads((run / "adaptive.json").read_text())
     assert (after["rounds"], after["status"]) == (state["rounds"], state["status"])
