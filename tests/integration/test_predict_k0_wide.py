@@ -52,10 +52,16 @@ def test_a_schedule_with_a_k0_range_is_predicted_as_its_dyn_arm_not_as_static_k3
     k3_drafts = min(r["verified_drafts_per_step"] for r in k3)
     assert max(r["verified_drafts_per_step"] for r in predicted) < 0.5 * k3_drafts
     assert max(r["verified_drafts_per_step"] for r in dyn) < 0.5 * k3_drafts
-    # A replay that ignored the range would predict static K = 3's own throughput.
+    # A replay that ignored the range would predict static K = 3 as itself: the same source
+    # steps replayed at K = 3 throughout. Against that replay, not K = 3's measurement: the
+    # range's steps are priced from the baseline's server, which drifts apart from K = 3's
+    # (the prediction fell 4.6-13.6% below K = 3's measurement over seven runs).
     metric = "output_tok_s_per_gpu"
-    tput = {a: sum(r[metric] for r in rs) / len(rs) for a, rs in (("pred", predicted), ("k3", k3))}
-    assert tput["pred"] < 0.95 * tput["k3"], tput
+    itself = predict_run(PredictRequest(run, ("static-k3",), "static-k3", None)).rows
+    tput = {
+        a: sum(r[metric] for r in rs) / len(rs) for a, rs in (("pred", predicted), ("k3", itself))
+    }
+    assert tput["pred"] < tput["k3"], tput
     # The dyn arm measured inside the prediction's interval (avbench/predict/validate.py). The
     # validation's max(5%, the repeats' spreads) held in seven runs of this test and failed in
     # an eighth (2026-12-07): two repeats understate how far servers drift here (the same
