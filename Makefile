@@ -44,7 +44,7 @@ endif
 # Three runs on one page (results/$(DEMO_RUN)/report.html), on the wide embedded pair whose
 # memory-bound target makes speculation pay at low concurrency and lose as the batch grows: the
 # study's sampling (sweep demo-wide: baseline, static K 1 and 3, AV reported unsupported, c = 1,
-# 4, 32), the best static K per concurrency measured as one dyn arm (--schedule-from), and the
+# 4, 128), the best static K per concurrency measured as one dyn arm (--schedule-from), and the
 # temperature-0 identity check (demo-temp0). Six server starts; 8-10 minutes on 2 cores.
 # A failed cell in any run (exit status 1) is kept as the status, after the report and the
 # recommendation.
