@@ -19,7 +19,7 @@ def test_demo_arms_are_baseline_static_and_av_at_largest_k(suite, pair, sweep):
 def test_the_wide_demo_is_the_wide_pairs_default_and_spans_its_crossover(suite):
     pair = suite.pair("tiny-cpu-wide")
     assert pair.default_sweep == "demo-wide"
-    assert suite.sweep("demo-wide").concurrencies == [1, 4, 32]  # pays at 1 and 4, not at 32
+    assert suite.sweep("demo-wide").concurrencies == [1, 4, 128]  # pays at 1 and 4, not at 128
 
 
 @pytest.mark.parametrize("pair,sweep", [("tiny-cpu", "demo"), ("tiny-cpu-wide", "demo-wide")])
