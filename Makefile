@@ -45,7 +45,7 @@ endif
 # memory-bound target makes speculation pay at low concurrency and lose as the batch grows: the
 # study's sampling (sweep demo-wide: baseline, static K 1 and 3, AV reported unsupported, c = 1,
 # 4, 128), the best static K per concurrency measured as one dyn arm (--schedule-from), and the
-# temperature-0 identity check (demo-temp0). Six server starts; 8-10 minutes on 2 cores.
+# temperature-0 identity check (demo-temp0). Six server starts; 7-10 minutes on 2 cores.
 # A failed cell in any run (exit status 1) is kept as the status, after the report and the
 # recommendation.
 DEMO_PAIR ?= tiny-cpu-wide
